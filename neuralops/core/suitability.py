@@ -1,0 +1,80 @@
+"""Whether an op can run on its AOT kernels for given inputs, and if not, why.
+
+Shared by every op's ``is_supported``. The checks, in order: kernels not disabled
+(``NEURALOPS_DISABLE_KERNELS=1`` forces the fallbacks), a CUDA tensor, the compiled library loaded,
+a dtype with kernels, a cubin for the device's architecture, and the op's own limits.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+
+from neuralops import _library
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+# Each op's limits beyond dtype and device: keyword arguments -> None when fine, else the reason.
+OpLimits = Callable[..., "str | None"]
+_OP_LIMITS: dict[str, OpLimits] = {}
+
+
+def register_op_limits(op_name: str, limits: OpLimits) -> None:
+    _OP_LIMITS[op_name] = limits
+
+
+def kernels_disabled() -> bool:
+    return os.environ.get("NEURALOPS_DISABLE_KERNELS", "0") not in ("", "0")
+
+
+def select_arch(archs: tuple[int, ...], cc: int) -> int:
+    """The built architecture whose cubins run on compute capability ``cc`` (e.g. 90), or -1.
+
+    Mirrors runtime::select_arch in csrc/runtime/kernel.cpp (a test checks they agree): Triton's
+    sm_90-and-newer cubins are arch-specific and need that exact capability; sm_8x cubins run on any
+    later 8.x GPU.
+    """
+    if cc in archs:
+        return cc
+    portable = [a for a in archs if a < 90 and a // 10 == cc // 10 and a <= cc]
+    return max(portable, default=-1)
+
+
+def device_arch(device_index: int) -> int:
+    """The cubin architecture neuralops would run on this CUDA device, or -1 if none was built.
+
+    Written with what torch.compile folds to constants (device properties), so ``is_supported``
+    traces without graph breaks.
+    """
+    props = torch.cuda.get_device_properties(device_index)
+    return select_arch(_library.BUILT_ARCHS, props.major * 10 + props.minor)
+
+
+def check_triton_suitability(tensor: torch.Tensor, op_name: str, **limits: Any) -> tuple[bool, str]:
+    """(True, "") when ``op_name`` can run its kernels on ``tensor``; else (False, the reason).
+
+    ``limits`` are the op's own parameters (for example ``head_dim`` for linear attention).
+    """
+    if op_name not in _OP_LIMITS:
+        raise ValueError(f"unknown op {op_name!r}; expected one of {sorted(_OP_LIMITS)}")
+    if kernels_disabled():
+        return False, "NEURALOPS_DISABLE_KERNELS is set: using the PyTorch fallbacks"
+    if not isinstance(tensor, torch.Tensor):
+        return False, f"expected a torch.Tensor, got {type(tensor).__name__}"
+    if tensor.device.type != "cuda":
+        return False, f"the kernels run on CUDA tensors; this one is on {tensor.device.type}"
+    if not _library.LOADED:
+        return False, f"the neuralops library is not loaded: {_library.LOAD_ERROR}"
+    if tensor.dtype not in KERNEL_DTYPES:
+        return False, f"no kernel for dtype {tensor.dtype}; kernels take float16, bfloat16 and float32"
+    index = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
+    if device_arch(index) < 0:
+        props = torch.cuda.get_device_properties(index)
+        return False, (f"no cubin for cuda:{index} (compute capability {props.major}.{props.minor}); "
+                       f'rebuild with NEURALOPS_CUDA_ARCHS="{props.major}{props.minor}"')
+    reason = _OP_LIMITS[op_name](**limits)
+    if reason is not None:
+        return False, reason
+    return True, ""

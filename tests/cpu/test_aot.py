@@ -1,0 +1,99 @@
+"""The AOT build tool: declarations expand to variants, the cache is keyed by content, and the
+generated dispatcher matches the declaration."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from triton_src.aot import codegen, compiler
+from triton_src.aot.__main__ import parse_archs
+from triton_src.aot.spec import KernelSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def toy_spec(**overrides) -> KernelSpec:
+    fields = dict(name="toy_copy", function="toy", params=(("x", "*{dtype}"), ("n", "i32")),
+                  keys={"dtype": ("fp16", "fp32"), "BLOCK": (64, 128)},
+                  constexprs=lambda key: {"BLOCK": key["BLOCK"]}, aligned=("x",))
+    fields.update(overrides)
+    return KernelSpec(**fields)
+
+
+def test_variants_are_the_product_of_keys_aligned_first():
+    variants = toy_spec().variants()
+    assert len(variants) == 2 * 2 * 2
+    assert [v.aligned for v in variants[:2]] == [True, False]
+    assert variants[0].name == "toy_copy_fp16_BLOCK64_a16"
+    assert variants[0].param_types() == [("x", "*fp16:16"), ("n", "i32")]
+    assert variants[1].param_types() == [("x", "*fp16"), ("n", "i32")]
+    assert len(toy_spec(include=lambda k: k["BLOCK"] == 64).variants()) == 4
+
+
+def test_spec_rejects_bad_declarations():
+    with pytest.raises(ValueError, match="aligned names unknown parameters"):
+        toy_spec(aligned=("y",))
+    with pytest.raises(ValueError, match="unsupported parameter type"):
+        toy_spec(params=(("x", "u8"),))
+    with pytest.raises(ValueError, match="dtype names"):
+        toy_spec(keys={"dtype": ("int8",)})
+
+
+def test_parse_archs():
+    assert parse_archs("80;90") == [80, 90]
+    assert parse_archs("sm_90a, 80") == [80, 90]
+    with pytest.raises(SystemExit, match="not an architecture"):
+        parse_archs("hopper")
+
+
+def test_cache_key_covers_source_spec_arch_and_triton():
+    v = toy_spec().variants()[0]
+    task = compiler.make_task("toy", ROOT / "triton_src" / "gqa", v, 90)
+    key = compiler.cache_key(task, "src1", "3.8.0")
+    assert key == compiler.cache_key(task, "src1", "3.8.0")
+    assert key != compiler.cache_key(task, "src2", "3.8.0")
+    assert key != compiler.cache_key(task, "src1", "3.6.0")
+    assert key != compiler.cache_key(dataclasses.replace(task, arch=80), "src1", "3.8.0")
+    assert key != compiler.cache_key(dataclasses.replace(task, num_warps=8), "src1", "3.8.0")
+
+
+def test_source_hash_ignores_the_spec(tmp_path):
+    (tmp_path / "kernels.py").write_text("a = 1\n")
+    (tmp_path / "spec.py").write_text("b = 1\n")
+    h = compiler.source_hash(tmp_path)
+    (tmp_path / "spec.py").write_text("b = 2\n")
+    assert compiler.source_hash(tmp_path) == h
+    (tmp_path / "kernels.py").write_text("a = 2\n")
+    assert compiler.source_hash(tmp_path) != h
+
+
+def test_generated_header_declares_typed_entry_points():
+    header = codegen._header("toy", [toy_spec()])
+    assert "struct ToyCopyKey {\n  c10::ScalarType dtype;\n  int64_t BLOCK;\n};" in header
+    assert ("void toy_copy(const ToyCopyKey& key, const runtime::LaunchConfig& config, "
+            "const void* x, int64_t n);") in header
+
+
+def test_compile_is_cached(tmp_path):
+    pytest.importorskip("triton")
+    from triton_src.aot import probe
+
+    first = probe.probe((90,), tmp_path, ROOT)
+    assert first == {90: None}
+    task = probe._task(90)
+    results = compiler.compile_tasks([task], {"probe": "x"}, tmp_path, 1, ROOT, quiet=True)
+    assert not results[0].cached and results[0].cubin.stat().st_size > 0
+    again = compiler.compile_tasks([task], {"probe": "x"}, tmp_path, 1, ROOT, quiet=True)
+    assert again[0].cached and again[0].cubin == results[0].cubin
+
+
+def test_failing_kernel_fails_naming_it(tmp_path):
+    pytest.importorskip("triton")
+    bad = tmp_path / "kernels.py"
+    bad.write_text("import triton\nimport triton.language as tl\n\n@triton.jit\n"
+                   "def broken(ptr):\n    tl.store(ptr, undefined_name)\n")
+    task = compiler.Task(op="bad", variant_name="bad_variant", kernel_file=str(bad), function="broken",
+                         params=(("ptr", "*fp32"),), constexprs=(), num_warps=1, num_stages=1, arch=90)
+    with pytest.raises(RuntimeError, match="failed to compile bad_variant for sm_90"):
+        compiler.compile_tasks([task], {"bad": "x"}, tmp_path, 1, ROOT, quiet=True)

@@ -1,0 +1,60 @@
+"""The build: every declared kernel for every architecture is in the library, which links no
+libcuda and no libpython, and its cubin choice agrees with the Python side."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+import neuralops
+from neuralops import _library
+from neuralops.core.suitability import select_arch
+from triton_src.aot.__main__ import OPTIONAL_ARCHS, REQUIRED_ARCHS, discover_ops, parse_archs
+
+
+def expected_archs(info: dict) -> set[int]:
+    requested = os.environ.get("NEURALOPS_CUDA_ARCHS", "")
+    if requested.strip():
+        return set(parse_archs(requested))
+    return set(REQUIRED_ARCHS) | {a for a in OPTIONAL_ARCHS if str(a) not in info["archs_skipped"]}
+
+
+def test_build_info_lists_every_arch_and_kernel(library_loaded):
+    info = neuralops.build_info()
+    archs = set(info["archs"])
+    assert archs == expected_archs(info)
+    assert set(REQUIRED_ARCHS) <= archs or os.environ.get("NEURALOPS_CUDA_ARCHS")
+    for arch in OPTIONAL_ARCHS:  # each optional arch was built or says why not
+        assert arch in archs or str(arch) in info["archs_skipped"]
+    declared = discover_ops()
+    assert set(info["ops"]) == set(declared)
+    for op, specs in declared.items():
+        variants = sum(len(spec.variants()) for spec in specs)
+        assert info["ops"][op]["kernels"] == [spec.name for spec in specs]
+        assert info["ops"][op]["variants"] == variants
+        assert info["ops"][op]["cubins"] == variants * len(archs)
+    assert info["torch"] == torch.__version__.split("+")[0]
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf")
+def test_library_links_neither_libcuda_nor_libpython():
+    dynamic = subprocess.run(["readelf", "-d", str(_library.LIBRARY_PATH)], capture_output=True, text=True,
+                             check=True).stdout
+    needed = [line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
+    assert needed, dynamic
+    assert not any(n.startswith("libcuda.so") for n in needed), needed
+    assert not any(n.startswith("libpython") for n in needed), needed
+    assert "RPATH" not in dynamic and "RUNPATH" not in dynamic
+
+
+def test_arch_selection_agrees_with_the_runtime(library_loaded):
+    archs = _library.BUILT_ARCHS
+    for cc in range(50, 130):
+        assert select_arch(archs, cc) == torch.ops.neuralops.arch_for_capability(cc), cc
+    assert select_arch((80, 90), 86) == 80
+    assert select_arch((80, 90), 89) == 80
+    assert select_arch((80, 90), 90) == 90
+    assert select_arch((80, 90), 100) == -1   # sm_90a cubins do not run on Blackwell
+    assert select_arch((80, 90), 75) == -1

@@ -1,0 +1,1 @@
+"""GQA head expansion kernels (kernels.py) and the specializations built (spec.py)."""

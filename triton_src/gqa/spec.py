@@ -1,0 +1,54 @@
+"""The GQA kernel specializations the build compiles (read by triton_src.aot)."""
+
+from triton_src.aot.spec import KernelSpec
+
+# A 16 KB tile per program: enough bytes in flight per SM to approach copy bandwidth, small enough
+# for many resident programs. The C++ op picks BLOCK_D from the head dim (csrc/ops/gqa.cpp).
+_TILE_BYTES = 16384
+_ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+
+def _constexprs(key: dict) -> dict:
+    block_d = key["BLOCK_D"]
+    return {"BLOCK_N": _TILE_BYTES // (block_d * _ELEMENT_BYTES[key["dtype"]]), "BLOCK_D": block_d}
+
+
+def _params(src: str) -> tuple:
+    return (
+        (f"{src}_ptr", "*{dtype}"), ("out_ptr", "*{dtype}"),
+        ("HKV", "i32"), ("N", "i32"), ("D", "i32"), ("n_rep", "i32"),
+        (f"s{src[0]}_b", "i64"), (f"s{src[0]}_h", "i64"), (f"s{src[0]}_n", "i64"),
+        ("so_b", "i64"), ("so_h", "i64"), ("so_n", "i64"),
+    )
+
+
+def _aligned(src: str) -> tuple:
+    # Row starts 16-byte aligned and D a multiple of 16 let Triton use 16-byte loads and stores.
+    return (f"{src}_ptr", "out_ptr", "D", f"s{src[0]}_b", f"s{src[0]}_h", f"s{src[0]}_n",
+            "so_b", "so_h", "so_n")
+
+
+_KEYS = {"dtype": ("fp16", "bf16", "fp32"), "BLOCK_D": (32, 64, 128)}
+
+KERNELS = [
+    KernelSpec(
+        name="gqa_expand",
+        function="gqa_expand_kernel",
+        params=_params("x"),
+        keys=_KEYS,
+        constexprs=_constexprs,
+        num_warps=4,
+        num_stages=1,
+        aligned=_aligned("x"),
+    ),
+    KernelSpec(
+        name="gqa_reduce",
+        function="gqa_reduce_kernel",
+        params=_params("g"),
+        keys=_KEYS,
+        constexprs=_constexprs,
+        num_warps=4,
+        num_stages=1,
+        aligned=_aligned("g"),
+    ),
+]
