@@ -7,6 +7,7 @@ import sys
 
 import torch
 
+import neuralops
 from neuralops import _library
 from neuralops._build_info import build_info
 
@@ -30,7 +31,7 @@ def main() -> int:
     if "--json" in sys.argv[1:]:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
-    print(f"neuralops {info.get('version', '?')}  (torch {info['runtime_torch']} at run time)")
+    print(f"neuralops {neuralops.__version__}  (torch {info['runtime_torch']} at run time)")
     print(f"library: {info['library']}")
     if not info["loaded"]:
         print(f"NOT LOADED: {info['load_error']}")
