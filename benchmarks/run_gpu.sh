@@ -20,6 +20,12 @@ echo "build: $(( $(date +%s) - start )) s"
 grep "\[neuralops aot\] .* kernels:" "$OUT/build.log" | tail -1
 # Run the installed package from a neutral directory: from the root, python -m would import the checkout.
 (cd "$OUT" && $PY -m neuralops.info) | tee "$OUT/info.txt"
+(cd "$OUT" && $PY -c "
+import torch, neuralops
+try:
+    torch.ops.neuralops.gqa_fwd(torch.randn(1, 3, 4, 8), torch.randn(1, 3, 4, 8), 3, 8)
+except ValueError as e:
+    print('C++ exceptions reach Python:', e)") || echo "C++ EXCEPTION CRASHED THE PROCESS"
 tests_rc=0
 for part in tests/gpu tests/cpu; do
   $PY -m pytest "$part" -q -rs --durations=10 -p no:cacheprovider > "$OUT/$(basename $part)-tests.log" 2>&1 || tests_rc=1

@@ -23,6 +23,16 @@ get_filename_component(NEURALOPS_TORCH_ROOT "${NEURALOPS_TORCH_CONFIG_DIR}/../..
 include("${NEURALOPS_TORCH_CONFIG_DIR}/TorchConfigVersion.cmake")
 set(NEURALOPS_TORCH_VERSION "${PACKAGE_VERSION}")
 
+# Code using libtorch must be compiled with the C++ standard torch was built with: c10's classes
+# differ between standards, and a mismatch crashes the process when an exception crosses into torch
+# (seen with torch 2.11, built as C++17, and an extension built as C++20). TorchConfig.cmake records it.
+file(STRINGS "${NEURALOPS_TORCH_CONFIG_DIR}/TorchConfig.cmake" _neuralops_std REGEX "CXX_STANDARD [0-9]+")
+if(_neuralops_std MATCHES "CXX_STANDARD ([0-9]+)")
+  set(NEURALOPS_TORCH_CXX_STANDARD "${CMAKE_MATCH_1}")
+else()
+  set(NEURALOPS_TORCH_CXX_STANDARD 17)
+endif()
+
 set(_neuralops_torch_libs)
 foreach(_lib torch torch_cpu c10 c10_cuda)
   find_library(NEURALOPS_TORCH_LIB_${_lib} ${_lib} PATHS "${NEURALOPS_TORCH_ROOT}/lib" NO_DEFAULT_PATH)
@@ -38,5 +48,5 @@ set_target_properties(neuralops::torch PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES
     "${NEURALOPS_TORCH_ROOT}/include;${NEURALOPS_TORCH_ROOT}/include/torch/csrc/api/include"
   INTERFACE_LINK_LIBRARIES "${_neuralops_torch_libs}"
-  INTERFACE_COMPILE_FEATURES cxx_std_17)
-message(STATUS "neuralops: torch ${NEURALOPS_TORCH_VERSION} at ${NEURALOPS_TORCH_ROOT}")
+  INTERFACE_COMPILE_FEATURES cxx_std_${NEURALOPS_TORCH_CXX_STANDARD})
+message(STATUS "neuralops: torch ${NEURALOPS_TORCH_VERSION} (C++${NEURALOPS_TORCH_CXX_STANDARD}) at ${NEURALOPS_TORCH_ROOT}")

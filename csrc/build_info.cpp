@@ -6,6 +6,8 @@
 
 #include <torch/library.h>
 
+#include "neuralops/neuralops.h"
+
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel.h"
 
@@ -29,6 +31,8 @@ std::string escape(const std::string& s) {
   return out;
 }
 
+}  // namespace
+
 // A JSON object: the AOT step's report plus what only the C++ compiler knows.
 std::string build_info() {
   std::string info = aot::aot_info_json();
@@ -40,6 +44,8 @@ std::string build_info() {
   info += "}";
   return info;
 }
+
+namespace {
 
 // Which cubin architecture a device of capability `cc` (e.g. 90) would run; -1 when none.
 int64_t arch_for_capability(int64_t cc) {
