@@ -43,6 +43,7 @@ class CMakeBuild(build_ext):
             f"-DNEURALOPS_CUDA_ARCHS={os.environ.get('NEURALOPS_CUDA_ARCHS', '')}",
             # torch is loaded before the library in Python; no run path into the build machine.
             "-DCMAKE_SKIP_BUILD_RPATH=ON",
+            "-DNEURALOPS_WHEEL=ON",
         ]
         if shutil.which("ninja") and not (build_dir / "CMakeCache.txt").exists():
             args += ["-G", "Ninja"]

@@ -33,8 +33,10 @@ else()
   set(NEURALOPS_TORCH_CXX_STANDARD 17)
 endif()
 
-set(_neuralops_torch_libs)
-foreach(_lib torch torch_cpu c10 c10_cuda)
+# --no-as-needed: nothing references libtorch_cuda's symbols directly, but loading it is what
+# registers torch's CUDA backend in a C++ program.
+set(_neuralops_torch_libs "-Wl,--no-as-needed")
+foreach(_lib torch torch_cpu torch_cuda c10 c10_cuda)
   find_library(NEURALOPS_TORCH_LIB_${_lib} ${_lib} PATHS "${NEURALOPS_TORCH_ROOT}/lib" NO_DEFAULT_PATH)
   if(NOT NEURALOPS_TORCH_LIB_${_lib})
     message(FATAL_ERROR "neuralops: lib${_lib}.so not found in ${NEURALOPS_TORCH_ROOT}/lib; "

@@ -39,13 +39,15 @@ def test_build_info_lists_every_arch_and_kernel(library_loaded):
 
 
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf")
-def test_library_links_neither_libcuda_nor_libpython():
+def test_library_links_neither_libcuda_nor_libpython_and_shares_libstdcxx():
     dynamic = subprocess.run(["readelf", "-d", str(_library.LIBRARY_PATH)], capture_output=True, text=True,
                              check=True).stdout
     needed = [line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
     assert needed, dynamic
     assert not any(n.startswith("libcuda.so") for n in needed), needed
     assert not any(n.startswith("libpython") for n in needed), needed
+    # A statically linked libstdc++ has its own exception runtime: C++ errors would crash the process.
+    assert "libstdc++.so.6" in needed, needed
     assert "RPATH" not in dynamic and "RUNPATH" not in dynamic
 
 

@@ -77,10 +77,6 @@ def gqa_reduce_kernel(
         c = d0 + cols
         mask = (rows[:, None] < N) & (c[None, :] < D)
         acc = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
-        # Four heads per step keeps four loads in flight per thread; with many heads per group and
-        # few programs (MQA), one load at a time left the memory system idle.
-        for r0 in range(0, n_rep, 4):
-            for i in tl.static_range(4):
-                head_mask = mask & (r0 + i < n_rep)
-                acc += tl.load(g_tile + (r0 + i) * sg_h + c[None, :], mask=head_mask, other=0.0).to(tl.float32)
+        for r in range(n_rep):
+            acc += tl.load(g_tile + r * sg_h + c[None, :], mask=mask).to(tl.float32)
         tl.store(out_tile + c[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
