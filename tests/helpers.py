@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 
@@ -19,3 +20,20 @@ def poison_allocator(device: str = "cuda", nbytes: int = 1 << 28) -> None:
     block = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
     block.fill_(float("nan"))
     del block
+
+
+def _interpreter_indexes_scalars() -> bool:
+    """Triton's interpreter before 3.7 turns run-time scalars into 1-element arrays, which NumPy 2.4+
+    refuses to use as an index (``range(0, D, BLOCK)`` in a kernel then fails). Kernels are fine."""
+    try:
+        import numpy
+        import triton
+    except ImportError:
+        return False
+    version = lambda v: tuple(int(x) for x in v.split(".")[:2])  # noqa: E731
+    return version(triton.__version__) >= (3, 7) or version(numpy.__version__) < (2, 4)
+
+
+requires_interpreter = pytest.mark.skipif(
+    not _interpreter_indexes_scalars(),
+    reason="this Triton's interpreter cannot index with run-time scalars under this NumPy (CI has Triton 3.8)")

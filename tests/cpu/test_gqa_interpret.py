@@ -4,6 +4,7 @@ set in conftest.py), on small odd shapes with the grid and block sizes the C++ o
 import pytest
 import torch
 
+from helpers import requires_interpreter
 from triton_src.gqa import kernels
 from triton_src.gqa.spec import KERNELS
 
@@ -26,6 +27,7 @@ def launch(kernel_name, fn, x, out, hkv, n_rep, dt):
     fn[grid](x, out, hkv, n, d, n_rep, *s, *o, **cx)
 
 
+@requires_interpreter
 @pytest.mark.parametrize("dt", ["fp32", "bf16"])
 @pytest.mark.parametrize("b,hkv,n,d,n_rep,transposed", [
     (1, 1, 1, 1, 2, False),
