@@ -2,15 +2,21 @@
 
 from triton_src.aot.spec import KernelSpec
 
-# A 16 KB tile per program: enough bytes in flight per SM to approach copy bandwidth, small enough
-# for many resident programs. The C++ op picks BLOCK_D from the head dim (csrc/ops/gqa.cpp).
-_TILE_BYTES = 16384
+# Tile bytes per program and warps, from the H200 sweep (benchmarks/tune_gqa.py, results in
+# benchmarks/results/gqa.md): expand is fastest with 16 KB tiles and 4 warps; the group sum, which
+# reads n_rep tiles per output tile, with 8 KB tiles and 8 warps (the same for bf16, 3.90 against
+# 2.52 TB/s for fp32). The C++ op picks BLOCK_D from the head dim (csrc/ops/gqa.cpp).
+_EXPAND_TILE_BYTES = 16384
+_REDUCE_TILE_BYTES = 8192
 _ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 
-def _constexprs(key: dict) -> dict:
-    block_d = key["BLOCK_D"]
-    return {"BLOCK_N": _TILE_BYTES // (block_d * _ELEMENT_BYTES[key["dtype"]]), "BLOCK_D": block_d}
+def _constexprs(tile_bytes: int):
+    def constexprs(key: dict) -> dict:
+        block_d = key["BLOCK_D"]
+        return {"BLOCK_N": tile_bytes // (block_d * _ELEMENT_BYTES[key["dtype"]]), "BLOCK_D": block_d}
+
+    return constexprs
 
 
 def _params(src: str) -> tuple:
@@ -36,7 +42,7 @@ KERNELS = [
         function="gqa_expand_kernel",
         params=_params("x"),
         keys=_KEYS,
-        constexprs=_constexprs,
+        constexprs=_constexprs(_EXPAND_TILE_BYTES),
         num_warps=4,
         num_stages=1,
         aligned=_aligned("x"),
@@ -46,8 +52,8 @@ KERNELS = [
         function="gqa_reduce_kernel",
         params=_params("g"),
         keys=_KEYS,
-        constexprs=_constexprs,
-        num_warps=4,
+        constexprs=_constexprs(_REDUCE_TILE_BYTES),
+        num_warps=8,
         num_stages=1,
         aligned=_aligned("g"),
     ),
