@@ -7,9 +7,9 @@ VENV="${NEURALOPS_VENV:-$ROOT/.venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q -r "$ROOT/requirements.txt"
+"$VENV/bin/python" -m pip install -qq -r "$ROOT/requirements.txt"
 export PATH="$VENV/bin:$PATH"
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 start=$(date +%s)
-"$VENV/bin/python" -m pip install -q --no-build-isolation --no-deps "$ROOT"
+"$VENV/bin/python" -m pip install -qq --no-build-isolation --no-deps "$ROOT"
 echo "[neuralops] built and installed in $(( $(date +%s) - start )) s"

@@ -10,9 +10,11 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include "gqa_kernels.h"
+#include "ops/dispatch.h"
 #include "ops/launch_utils.h"
 
 namespace neuralops::ops {
@@ -88,30 +90,73 @@ at::Tensor reduce_cpu(const at::Tensor& g, int64_t num_kv_heads, int64_t num_hea
   return sum.to(g.scalar_type()).contiguous();
 }
 
+// Expands (kExpand) or group-sums a pair of tensors; `heads` is what dim 1 of each must hold.
+template <bool kExpand>
+std::tuple<at::Tensor, at::Tensor> run_pair(const at::Tensor& a, const at::Tensor& b,
+                                            int64_t num_kv_heads, int64_t num_heads,
+                                            const char* a_name, const char* b_name) {
+  check_heads(num_kv_heads, num_heads);
+  const int64_t heads = kExpand ? num_kv_heads : num_heads;
+  const char* heads_name = kExpand ? "num_kv_heads" : "num_heads";
+  check_input(a, heads, a_name, heads_name);
+  check_input(b, heads, b_name, heads_name);
+  check_same_device(a, b, "gqa", a_name, b_name);
+  if (a.is_cuda()) {
+    return {run_cuda<kExpand>(a, num_kv_heads, num_heads, a_name),
+            run_cuda<kExpand>(b, num_kv_heads, num_heads, b_name)};
+  }
+  auto cpu = kExpand ? expand_cpu : reduce_cpu;
+  return {cpu(a, num_kv_heads, num_heads), cpu(b, num_kv_heads, num_heads)};
+}
+
 std::tuple<at::Tensor, at::Tensor> gqa_fwd(const at::Tensor& k, const at::Tensor& v,
                                            int64_t num_kv_heads, int64_t num_heads) {
-  check_heads(num_kv_heads, num_heads);
-  check_input(k, num_kv_heads, "k", "num_kv_heads");
-  check_input(v, num_kv_heads, "v", "num_kv_heads");
-  check_same_device(k, v, "gqa", "k", "v");
-  if (k.is_cuda()) {
-    return {run_cuda<true>(k, num_kv_heads, num_heads, "k"),
-            run_cuda<true>(v, num_kv_heads, num_heads, "v")};
-  }
-  return {expand_cpu(k, num_kv_heads, num_heads), expand_cpu(v, num_kv_heads, num_heads)};
+  return run_pair<true>(k, v, num_kv_heads, num_heads, "k", "v");
 }
 
 std::tuple<at::Tensor, at::Tensor> gqa_bwd(const at::Tensor& grad_k, const at::Tensor& grad_v,
                                            int64_t num_kv_heads, int64_t num_heads) {
-  check_heads(num_kv_heads, num_heads);
-  check_input(grad_k, num_heads, "grad_k", "num_heads");
-  check_input(grad_v, num_heads, "grad_v", "num_heads");
-  check_same_device(grad_k, grad_v, "gqa", "grad_k", "grad_v");
-  if (grad_k.is_cuda()) {
-    return {run_cuda<false>(grad_k, num_kv_heads, num_heads, "grad_k"),
-            run_cuda<false>(grad_v, num_kv_heads, num_heads, "grad_v")};
+  return run_pair<false>(grad_k, grad_v, num_kv_heads, num_heads, "grad_k", "grad_v");
+}
+
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+
+template <bool kExpand>
+Pair call_op(const at::Tensor& a, const at::Tensor& b, int64_t num_kv_heads, int64_t num_heads) {
+  static auto handle = op<Pair(const at::Tensor&, const at::Tensor&, int64_t, int64_t)>(
+      kExpand ? "neuralops::gqa_fwd" : "neuralops::gqa_bwd");
+  return handle.call(a, b, num_kv_heads, num_heads);
+}
+
+// Autograd, in C++ so Python and C++ callers share it and a call costs no Python. The group sum is
+// the expansion's adjoint and the expansion the group sum's, so each op's backward is the other op,
+// called through the dispatcher: double backward works too.
+template <bool kExpand>
+class GqaAutograd : public torch::autograd::Function<GqaAutograd<kExpand>> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& a, const at::Tensor& b,
+                                                int64_t num_kv_heads, int64_t num_heads) {
+    ctx->saved_data["num_kv_heads"] = num_kv_heads;
+    ctx->saved_data["num_heads"] = num_heads;
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [x, y] = call_op<kExpand>(a, b, num_kv_heads, num_heads);
+    return {x, y};
   }
-  return {reduce_cpu(grad_k, num_kv_heads, num_heads), reduce_cpu(grad_v, num_kv_heads, num_heads)};
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto [ga, gb] = call_op<!kExpand>(grads[0], grads[1], ctx->saved_data["num_kv_heads"].toInt(),
+                                      ctx->saved_data["num_heads"].toInt());
+    return {ga, gb, at::Tensor(), at::Tensor()};
+  }
+};
+
+template <bool kExpand>
+Pair autograd_pair(const at::Tensor& a, const at::Tensor& b, int64_t num_kv_heads,
+                   int64_t num_heads) {
+  auto out = GqaAutograd<kExpand>::apply(a, b, num_kv_heads, num_heads);
+  return {out[0], out[1]};
 }
 
 }  // namespace
@@ -130,4 +175,9 @@ TORCH_LIBRARY_IMPL(neuralops, CUDA, m) {
 TORCH_LIBRARY_IMPL(neuralops, CPU, m) {
   m.impl("gqa_fwd", &neuralops::ops::gqa_fwd);
   m.impl("gqa_bwd", &neuralops::ops::gqa_bwd);
+}
+
+TORCH_LIBRARY_IMPL(neuralops, Autograd, m) {
+  m.impl("gqa_fwd", &neuralops::ops::autograd_pair<true>);
+  m.impl("gqa_bwd", &neuralops::ops::autograd_pair<false>);
 }

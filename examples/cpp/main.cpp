@@ -43,7 +43,7 @@ void check_gqa(torch::Device device, torch::ScalarType dtype) {
          torch::equal(ek, k.detach().repeat_interleave(n_rep, 1)) &&
              torch::equal(ev, v.detach().repeat_interleave(n_rep, 1)));
 
-  auto [ak, av] = neuralops::autograd::gqa(k, v, hkv, h);
+  auto [ak, av] = neuralops::gqa::fwd(k, v, hkv, h);  // recorded by autograd: k, v require grad
   auto wk = torch::randn_like(ak), wv = torch::randn_like(av);
   ((ak * wk).sum() + (av * wv).sum()).backward();
   auto k_ref = k.detach().clone().requires_grad_(), v_ref = v.detach().clone().requires_grad_();

@@ -16,21 +16,15 @@
 
 namespace neuralops::gqa {
 
-// Expands k and v to num_heads heads. Not differentiable: see neuralops::autograd::gqa.
+// Expands k and v to num_heads heads. Differentiable: with inputs that require grad, libtorch
+// autograd records it, and gradients reach k and v through bwd.
 NEURALOPS_API std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& k, const at::Tensor& v,
                                                      int64_t num_kv_heads, int64_t num_heads);
 
-// Sums each group of num_heads / num_kv_heads gradient heads (fp32 accumulation).
+// Sums each group of num_heads / num_kv_heads gradient heads (fp32 accumulation); differentiable
+// too (its backward is fwd).
 NEURALOPS_API std::tuple<at::Tensor, at::Tensor> bwd(const at::Tensor& grad_k,
                                                      const at::Tensor& grad_v, int64_t num_kv_heads,
                                                      int64_t num_heads);
 
 }  // namespace neuralops::gqa
-
-namespace neuralops::autograd {
-
-// gqa::fwd recorded for libtorch autograd: gradients reach k and v through gqa::bwd.
-NEURALOPS_API std::tuple<at::Tensor, at::Tensor> gqa(const at::Tensor& k, const at::Tensor& v,
-                                                     int64_t num_kv_heads, int64_t num_heads);
-
-}  // namespace neuralops::autograd

@@ -32,6 +32,16 @@ def reduce_reference(grad: torch.Tensor, n_rep: int) -> torch.Tensor:
 
 
 @triton.jit
+def _program_tile(HKV, N, BLOCK_N: tl.constexpr):
+    """This program's batch, KV head and rows (int64, so offsets past 2**31 elements are right)."""
+    pid = tl.program_id(0).to(tl.int64)
+    n_blocks = tl.cdiv(N, BLOCK_N)
+    bh = pid // n_blocks
+    rows = (pid % n_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return bh // HKV, bh % HKV, rows
+
+
+@triton.jit
 def gqa_expand_kernel(
     x_ptr, out_ptr,
     HKV, N, D, n_rep,
@@ -39,12 +49,7 @@ def gqa_expand_kernel(
     so_b, so_h, so_n,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid = tl.program_id(0).to(tl.int64)
-    n_blocks = tl.cdiv(N, BLOCK_N)
-    bh = pid // n_blocks
-    b = bh // HKV
-    h = bh % HKV
-    rows = (pid % n_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+    b, h, rows = _program_tile(HKV, N, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     x_tile = x_ptr + b * sx_b + h * sx_h + rows[:, None] * sx_n
     out_tile = out_ptr + b * so_b + h * n_rep * so_h + rows[:, None] * so_n
@@ -64,12 +69,7 @@ def gqa_reduce_kernel(
     so_b, so_h, so_n,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid = tl.program_id(0).to(tl.int64)
-    n_blocks = tl.cdiv(N, BLOCK_N)
-    bh = pid // n_blocks
-    b = bh // HKV
-    h = bh % HKV
-    rows = (pid % n_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+    b, h, rows = _program_tile(HKV, N, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
     g_tile = g_ptr + b * sg_b + h * n_rep * sg_h + rows[:, None] * sg_n
     out_tile = out_ptr + b * so_b + h * so_h + rows[:, None] * so_n

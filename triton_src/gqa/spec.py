@@ -36,25 +36,14 @@ def _aligned(src: str) -> tuple:
 
 _KEYS = {"dtype": ("fp16", "bf16", "fp32"), "BLOCK_D": (32, 64, 128)}
 
+
+def _spec(name: str, function: str, src: str, tile_bytes: int, num_warps: int) -> KernelSpec:
+    return KernelSpec(name=name, function=function, params=_params(src), keys=_KEYS,
+                      constexprs=_constexprs(tile_bytes), num_warps=num_warps, num_stages=1,
+                      aligned=_aligned(src))
+
+
 KERNELS = [
-    KernelSpec(
-        name="gqa_expand",
-        function="gqa_expand_kernel",
-        params=_params("x"),
-        keys=_KEYS,
-        constexprs=_constexprs(_EXPAND_TILE_BYTES),
-        num_warps=4,
-        num_stages=1,
-        aligned=_aligned("x"),
-    ),
-    KernelSpec(
-        name="gqa_reduce",
-        function="gqa_reduce_kernel",
-        params=_params("g"),
-        keys=_KEYS,
-        constexprs=_constexprs(_REDUCE_TILE_BYTES),
-        num_warps=8,
-        num_stages=1,
-        aligned=_aligned("g"),
-    ),
+    _spec("gqa_expand", "gqa_expand_kernel", "x", _EXPAND_TILE_BYTES, num_warps=4),
+    _spec("gqa_reduce", "gqa_reduce_kernel", "g", _REDUCE_TILE_BYTES, num_warps=8),
 ]

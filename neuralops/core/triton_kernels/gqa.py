@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from neuralops import _library
-from neuralops.core.suitability import check_triton_suitability, register_op_limits
+from neuralops.core.suitability import KERNEL_DTYPES, check_triton_suitability, register_op_limits
 
 register_op_limits("gqa", lambda **_: None)
 
@@ -87,7 +87,7 @@ def gqa_bwd_pytorch_fallback(
 def is_supported(k: torch.Tensor, v: torch.Tensor, num_kv_heads: int, num_heads: int, **kwargs: Any) -> bool:
     """Check whether GQA expansion can run on the Triton kernel."""
     suitable, _ = check_triton_suitability(k, "gqa")
-    if not suitable or not check_triton_suitability(v, "gqa")[0] or v.device != k.device:
+    if not suitable or v.device != k.device or v.dtype not in KERNEL_DTYPES:
         return False
     if num_kv_heads <= 0 or num_heads <= 0 or (num_heads % num_kv_heads) != 0:
         return False
@@ -105,11 +105,7 @@ def fwd(
     _check_kwargs(kwargs, "fwd")
     _check_heads(num_kv_heads, num_heads)
     _check_pair(k, v, num_kv_heads, ("k", "v"), "num_kv_heads")
-    if num_kv_heads == num_heads:
-        return k, v
-    if not is_supported(k, v, num_kv_heads, num_heads):
-        return gqa_pytorch_fallback(k, v, num_kv_heads, num_heads)
-    return torch.ops.neuralops.gqa_fwd(k, v, num_kv_heads, num_heads)
+    return _dispatch(k, v, num_kv_heads, num_heads, "gqa_fwd", gqa_pytorch_fallback)
 
 
 def bwd(
@@ -119,14 +115,19 @@ def bwd(
     _check_kwargs(kwargs, "bwd")
     _check_heads(num_kv_heads, num_heads)
     _check_pair(grad_k, grad_v, num_heads, ("grad_k", "grad_v"), "num_heads")
+    return _dispatch(grad_k, grad_v, num_kv_heads, num_heads, "gqa_bwd", gqa_bwd_pytorch_fallback)
+
+
+def _dispatch(a, b, num_kv_heads, num_heads, op_name, fallback):
     if num_kv_heads == num_heads:
-        return grad_k, grad_v
-    if not is_supported(grad_k, grad_v, num_kv_heads, num_heads):
-        return gqa_bwd_pytorch_fallback(grad_k, grad_v, num_kv_heads, num_heads)
-    return torch.ops.neuralops.gqa_bwd(grad_k, grad_v, num_kv_heads, num_heads)
+        return a, b
+    if not is_supported(a, b, num_kv_heads, num_heads):
+        return fallback(a, b, num_kv_heads, num_heads)
+    return getattr(torch.ops.neuralops, op_name)(a, b, num_kv_heads, num_heads)
 
 
 def _register() -> None:
+    # Autograd is registered in C++ (csrc/ops/gqa.cpp): shared with C++ callers, no Python per call.
     def fake_fwd(k, v, num_kv_heads, num_heads):
         _check_heads(num_kv_heads, num_heads)
         _check_pair(k, v, num_kv_heads, ("k", "v"), "num_kv_heads")
@@ -141,22 +142,8 @@ def _register() -> None:
         bv, _, nv, dv = grad_v.shape
         return grad_k.new_empty((b, num_kv_heads, n, d)), grad_v.new_empty((bv, num_kv_heads, nv, dv))
 
-    def setup_context(ctx, inputs, output):
-        _, _, ctx.num_kv_heads, ctx.num_heads = inputs
-
-    def backward_fwd(ctx, grad_k, grad_v):
-        # The reduce of an expansion is the expansion's adjoint, and vice versa (double backward).
-        grad_k, grad_v = torch.ops.neuralops.gqa_bwd(grad_k, grad_v, ctx.num_kv_heads, ctx.num_heads)
-        return grad_k, grad_v, None, None
-
-    def backward_bwd(ctx, grad_k, grad_v):
-        grad_k, grad_v = torch.ops.neuralops.gqa_fwd(grad_k, grad_v, ctx.num_kv_heads, ctx.num_heads)
-        return grad_k, grad_v, None, None
-
     torch.library.register_fake("neuralops::gqa_fwd", fake_fwd)
     torch.library.register_fake("neuralops::gqa_bwd", fake_bwd)
-    torch.library.register_autograd("neuralops::gqa_fwd", backward_fwd, setup_context=setup_context)
-    torch.library.register_autograd("neuralops::gqa_bwd", backward_bwd, setup_context=setup_context)
 
 
 if _library.LOADED:
