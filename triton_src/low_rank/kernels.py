@@ -32,7 +32,10 @@ Kernels
                              h on chip.
     low_rank_wgrad_kernel    dU = g.T @ h and dV = dh.T @ x in one launch (their output tiles together
                              fill the GPU), with dbias folded into the dU tiles that read g anyway.
-Each sits beside its naive reference (``*_reference``), which the interpreter tests compare against.
+The fused and decode kernels are compiled only with 16-byte hints (see spec.py); the op sends
+shapes that miss them (sizes not multiples of 16, misaligned views) to gemm_nt and wgrad, which are
+also built without hints. Each kernel sits beside its naive reference (``*_reference``; the fused
+and decode kernels compute ``low_rank_reference``), which the interpreter tests compare against.
 """
 
 import torch
