@@ -1,0 +1,529 @@
+// Low-rank projection y = (x @ V.T) @ U.T + bias: neuralops::low_rank_fwd, low_rank_fwd_hidden (y and
+// h = x @ V.T, which autograd saves), low_rank_bwd, and low_rank_route (which implementation a call
+// takes). Kernels: triton_src/low_rank/kernels.py; specializations built: triton_src/low_rank/spec.py.
+//
+//   x [..., in]   V [rank, in]   U [out, rank]   bias [out]   ->   y [..., out] (contiguous)
+//
+// x may have any strides with a contiguous last dim: leading dims that collapse into at most two
+// strided levels (any slice, batch-first or transposed [T, B, in] views) are read in place, others
+// are copied once. Weights need a contiguous last dim (else they are copied). All tensors share one
+// dtype and device. CPU tensors, and float64 on CUDA, run on ATen (at::linear / at::mm).
+//
+// On CUDA, route() below picks the implementation (see its comment): the Triton kernels or cuBLAS
+// through ATen. backend="triton" and backend="cublas" force one side, "auto" follows measurements.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/accumulate.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "low_rank_kernels.h"
+#include "ops/launch_utils.h"
+#include "runtime/cuda_driver.h"
+
+namespace neuralops::ops {
+namespace {
+
+using OptTensor = std::optional<at::Tensor>;
+
+// ---- arguments ------------------------------------------------------------------------------
+
+enum class Backend { kAuto, kTriton, kCublas };
+
+Backend parse_backend(c10::string_view s) {
+  if (s == "auto") {
+    return Backend::kAuto;
+  }
+  if (s == "triton") {
+    return Backend::kTriton;
+  }
+  TORCH_CHECK_VALUE(s == "cublas", "neuralops.low_rank: backend must be \"auto\", \"triton\" or ",
+                    "\"cublas\", got \"", s, "\"");
+  return Backend::kCublas;
+}
+
+std::vector<int64_t> leading_shape(const at::Tensor& x, int64_t last) {
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(last);
+  return shape;
+}
+
+// The checks every entry point shares; names the argument and the expected shape.
+void check_inputs(const at::Tensor& x, const at::Tensor& U, const at::Tensor& V, const OptTensor& bias) {
+  TORCH_CHECK_VALUE(x.dim() >= 1, "neuralops.low_rank: x must have shape [..., in_features], got a 0-d tensor");
+  TORCH_CHECK_VALUE(V.dim() == 2, "neuralops.low_rank: V must be 2-D [rank, in_features], got shape ", V.sizes());
+  TORCH_CHECK_VALUE(U.dim() == 2, "neuralops.low_rank: U must be 2-D [out_features, rank], got shape ", U.sizes());
+  TORCH_CHECK_VALUE(V.size(1) == x.size(-1), "neuralops.low_rank: V must have shape [rank, in_features] with ",
+                    "in_features = x.shape[-1] = ", x.size(-1), ", got shape ", V.sizes());
+  TORCH_CHECK_VALUE(U.size(1) == V.size(0), "neuralops.low_rank: U must have shape [out_features, rank] with ",
+                    "rank = V.shape[0] = ", V.size(0), ", got shape ", U.sizes());
+  TORCH_CHECK_TYPE(x.is_floating_point(), "neuralops.low_rank: x must be a floating-point tensor, got ",
+                   x.scalar_type());
+  const std::pair<const at::Tensor*, const char*> others[] = {{&U, "U"}, {&V, "V"}};
+  for (const auto& [t, name] : others) {
+    TORCH_CHECK_TYPE(t->scalar_type() == x.scalar_type(), "neuralops.low_rank: ", name, " has dtype ",
+                     t->scalar_type(), " but x has dtype ", x.scalar_type(),
+                     "; x, U, V and bias must share one dtype");
+    check_same_device(x, *t, "low_rank", "x", name);
+  }
+  if (bias.has_value()) {
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == U.size(0), "neuralops.low_rank: bias must have ",
+                      "shape [out_features] = [", U.size(0), "], got shape ", bias->sizes());
+    TORCH_CHECK_TYPE(bias->scalar_type() == x.scalar_type(), "neuralops.low_rank: bias has dtype ",
+                     bias->scalar_type(), " but x has dtype ", x.scalar_type(),
+                     "; x, U, V and bias must share one dtype");
+    check_same_device(x, *bias, "low_rank", "x", "bias");
+  }
+}
+
+void check_like_rows(const at::Tensor& x, const at::Tensor& t, int64_t last, const char* name,
+                     const char* last_name) {
+  const auto expected = leading_shape(x, last);
+  TORCH_CHECK_VALUE(t.sizes().vec() == expected, "neuralops.low_rank: ", name, " must have shape [..., ",
+                    last_name, "] = ", c10::IntArrayRef(expected), " (x's leading dims), got shape ", t.sizes());
+  TORCH_CHECK_TYPE(t.scalar_type() == x.scalar_type(), "neuralops.low_rank: ", name, " has dtype ",
+                   t.scalar_type(), " but x has dtype ", x.scalar_type());
+  check_same_device(x, t, "low_rank", "x", name);
+}
+
+// ---- layouts ----------------------------------------------------------------------------------
+
+// An activation [..., C] as the kernels address it: row m starts at
+// (m / inner) * s_outer + (m % inner) * s_inner elements from the data pointer.
+struct Rows {
+  at::Tensor t;  // the tensor read: the input itself, or a contiguous copy when its layout does not fit
+  int64_t inner = 1;
+  int64_t s_outer = 0;
+  int64_t s_inner = 0;
+};
+
+Rows rows_of(const at::Tensor& t) {
+  const int64_t d = t.dim();
+  if (t.size(d - 1) <= 1 || t.stride(d - 1) == 1) {
+    // Collapse the leading dims, innermost first, wherever one steps exactly over the next.
+    std::vector<std::pair<int64_t, int64_t>> levels;  // (size, stride), innermost first
+    for (int64_t i = d - 2; i >= 0; --i) {
+      if (t.size(i) == 1) {
+        continue;
+      }
+      if (!levels.empty() && t.stride(i) == levels.back().first * levels.back().second) {
+        levels.back().first *= t.size(i);
+      } else {
+        levels.emplace_back(t.size(i), t.stride(i));
+      }
+    }
+    if (levels.empty()) {
+      return {t, 1, 0, 0};
+    }
+    if (levels.size() == 1) {
+      return {t, levels[0].first, 0, levels[0].second};
+    }
+    if (levels.size() == 2) {
+      return {t, levels[0].first, levels[1].second, levels[0].second};
+    }
+  }
+  const at::Tensor c = t.contiguous();
+  const int64_t m = c.numel() / std::max<int64_t>(c.size(d - 1), 1);
+  return {c, std::max<int64_t>(m, 1), 0, c.size(d - 1)};
+}
+
+Rows rows_of_matrix(const at::Tensor& t) {  // a contiguous [M, C] we allocated
+  return {t, std::max<int64_t>(t.size(0), 1), 0, kernel_stride(t, 0)};
+}
+
+at::Tensor unit_last(const at::Tensor& w) {
+  return (w.size(-1) <= 1 || w.stride(-1) == 1) ? w : w.contiguous();
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
+bool rows_aligned(const Rows& r) {
+  return aligned16(r.t.const_data_ptr()) && r.s_outer % 16 == 0 && r.s_inner % 16 == 0;
+}
+
+bool matrix_aligned(const at::Tensor& w) {
+  return aligned16(w.const_data_ptr()) && (w.dim() < 2 || kernel_stride(w, 0) % 16 == 0);
+}
+
+// ---- routing ----------------------------------------------------------------------------------
+
+enum class Impl { kAten, kDecode, kFused, kTwoGemm };
+
+const char* impl_name(Impl impl) {
+  switch (impl) {
+    case Impl::kDecode: return "triton_decode";
+    case Impl::kFused: return "triton_fused";
+    case Impl::kTwoGemm: return "triton_two_gemm";
+    default: return "cublas";
+  }
+}
+
+// Limits of the fast kernels (their constexprs in triton_src/low_rank/spec.py).
+constexpr int64_t kDecodeMaxRows = 64;           // decode BLOCK_M
+constexpr int64_t kFusedMaxRank16 = 256;         // fused BLOCK_R, fp16/bf16
+constexpr int64_t kFusedMaxRankFp32 = 128;       // fused BLOCK_R, fp32
+
+// The shape of one chained product out = (a @ w1.T) @ w2.T: the forward (a = x, K = in, N = out),
+// or dx in the backward (a = grad_out, K = out, N = in).
+struct Chain {
+  int64_t M, K, R, N;
+  c10::ScalarType dtype;
+  bool hints;  // every pointer 16-byte aligned, K, R, N and the strides multiples of 16
+};
+
+// The Triton kernel for a chain when backend="triton": the fast kernels where their conditions
+// hold, else the general two-GEMM kernels (any size, any alignment).
+Impl triton_impl(const Chain& c) {
+  if (!c.hints) {
+    return Impl::kTwoGemm;
+  }
+  if (c.M <= kDecodeMaxRows) {
+    return Impl::kDecode;
+  }
+  const int64_t max_rank = c.dtype == at::kFloat ? kFusedMaxRankFp32 : kFusedMaxRank16;
+  return c.R <= max_rank ? Impl::kFused : Impl::kTwoGemm;
+}
+
+// The one place that decides which implementation runs a shape on CUDA (the backward takes the
+// same decision for its dx chain; its weight gradients follow: Triton's wgrad kernel on a Triton
+// route, cuBLAS otherwise). backend="auto":
+//   - decode (M <= 64, fast-kernel conditions hold): Triton. One launch reads each weight once;
+//     two cuBLAS calls pay two launches and a GEMV-shaped GEMM each.
+//   - M > 64, fp16/bf16, R <= 256: Triton's fused kernel (h never leaves the chip).
+//   - everything else: cuBLAS. Above R = 256 the Triton path is two plain GEMMs, which cuBLAS
+//     runs at least as fast; fp32 products are IEEE FMA work in Triton, which cuBLAS SGEMM does
+//     faster; odd sizes or misaligned views would take Triton's unvectorized kernels.
+// These are the initial choices; python -m neuralops.bench low_rank times all three backends
+// side by side, and the thresholds here follow its H200 results.
+Impl route(const Chain& c, Backend backend) {
+  if (backend == Backend::kCublas || !kernel_dtype(c.dtype) || c.M == 0 || c.K == 0 || c.R == 0 ||
+      c.N == 0) {
+    return Impl::kAten;
+  }
+  const Impl impl = triton_impl(c);
+  if (backend == Backend::kTriton) {
+    return impl;
+  }
+  if (impl == Impl::kDecode) {
+    return impl;
+  }
+  if (impl == Impl::kFused && c.dtype != at::kFloat) {
+    return impl;
+  }
+  return Impl::kAten;
+}
+
+int64_t rows_count(const at::Tensor& x) {
+  return c10::multiply_integers(x.sizes().begin(), x.sizes().end() - 1);
+}
+
+Chain forward_chain(const Rows& xr, const at::Tensor& x, const at::Tensor& U, const at::Tensor& V,
+                    const OptTensor& bias) {
+  const int64_t M = rows_count(x), K = x.size(-1), R = V.size(0), N = U.size(0);
+  const bool hints = K % 16 == 0 && R % 16 == 0 && N % 16 == 0 && rows_aligned(xr) && matrix_aligned(V) &&
+                     matrix_aligned(U) && (!bias.has_value() || aligned16(bias->const_data_ptr()));
+  return {M, K, R, N, x.scalar_type(), hints};
+}
+
+Chain backward_chain(const Rows& gr, const at::Tensor& x, const at::Tensor& U, const at::Tensor& V) {
+  // dx = (g @ U) @ V: a chain over the transposed weights, which the op makes contiguous.
+  const int64_t M = rows_count(x), K = U.size(0), R = V.size(0), N = x.size(-1);
+  const bool hints = K % 16 == 0 && R % 16 == 0 && N % 16 == 0 && rows_aligned(gr);
+  return {M, K, R, N, x.scalar_type(), hints};
+}
+
+void check_triton_dtype(const at::Tensor& x, Backend backend) {
+  if (backend == Backend::kTriton && x.is_cuda()) {
+    check_kernel_dtype(x, "low_rank", "x (backend=\"triton\")");
+  }
+}
+
+// ---- launches ---------------------------------------------------------------------------------
+
+int64_t sm_count(int device) {
+  TORCH_CHECK(device >= 0 && device < runtime::kMaxDevices, "neuralops.low_rank: CUDA device index ",
+              device, " is out of range");
+  static std::array<std::once_flag, runtime::kMaxDevices> once;
+  static std::array<int, runtime::kMaxDevices> count{};
+  std::call_once(once[device], [device] {
+    const runtime::CudaDriver& d = runtime::driver();
+    CUdevice dev;
+    runtime::check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+    runtime::check(d.cuDeviceGetAttribute(&count[device], CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+                   "reading the multiprocessor count");
+  });
+  return count[device];
+}
+
+const void* ptr_or(const OptTensor& t, const at::Tensor& fallback) {
+  return t.has_value() ? t->const_data_ptr() : fallback.const_data_ptr();
+}
+
+// out = a @ b.T (+ bias): the general kernel, any size and alignment.
+void launch_gemm_nt(const Rows& a, const at::Tensor& b, const OptTensor& bias, const at::Tensor& c,
+                    int64_t M, int64_t N, int64_t K) {
+  const aot::LowRankGemmNtKey key{c.scalar_type()};
+  const auto cx = aot::low_rank_gemm_nt_constexprs(key);
+  auto config = launch_config(c, ceil_div(M, cx.BLOCK_M) * ceil_div(N, cx.BLOCK_N), 1, 1, "low_rank");
+  aot::low_rank_gemm_nt(key, config, a.t.const_data_ptr(), b.const_data_ptr(), ptr_or(bias, c),
+                        c.mutable_data_ptr(), M, N, K, bias.has_value() ? 1 : 0, a.inner, a.s_outer,
+                        a.s_inner, kernel_stride(b, 0), kernel_stride(c, 0));
+}
+
+// Splits of N for the fused kernel: more programs (each recomputing its h tile) when M alone gives
+// fewer than one wave. Minimizes waves * per-program work, with work ~ K + N / splits.
+int64_t fused_n_split(int64_t m_blocks, int64_t K, int64_t N, int64_t sms) {
+  int64_t best = 1;
+  double best_cost = 0;
+  for (int64_t s = 1; s <= 8; ++s) {
+    const double waves = static_cast<double>(ceil_div(m_blocks * s, sms));
+    const double cost = waves * (static_cast<double>(K) + static_cast<double>(N) / s);
+    if (s == 1 || cost < best_cost * 0.97) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+// out = (a @ w1.T) @ w2.T + bias, with hidden (if given) receiving a @ w1.T. a [M, K] (rows),
+// w1 [R, K], w2 [N, R], out [M, N] and hidden [M, R] contiguous.
+void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor& w2, const OptTensor& bias,
+               const at::Tensor& out, const OptTensor& hidden, int64_t M) {
+  const int64_t K = w1.size(1), R = w1.size(0), N = w2.size(0);
+  const c10::ScalarType dtype = out.scalar_type();
+  const int device = out.get_device();
+  if (impl == Impl::kTwoGemm) {
+    const at::Tensor h = hidden.has_value() ? *hidden : at::empty({M, R}, out.options());
+    launch_gemm_nt(a, w1, std::nullopt, h, M, R, K);
+    launch_gemm_nt(rows_of_matrix(h), w2, bias, out, M, N, R);
+    return;
+  }
+  if (impl == Impl::kFused) {
+    const aot::LowRankFusedKey key{dtype, R <= 128 ? 128 : 256};
+    const auto cx = aot::low_rank_fused_constexprs(key);
+    const int64_t m_blocks = ceil_div(M, cx.BLOCK_M);
+    int64_t split = fused_n_split(m_blocks, K, N, sm_count(device));
+    const int64_t per_prog = ceil_div(ceil_div(N, split), cx.BLOCK_N) * cx.BLOCK_N;
+    split = per_prog == 0 ? 1 : ceil_div(N, per_prog);
+    auto config = launch_config(out, m_blocks, split, 1, "low_rank");
+    aot::low_rank_fused(key, config, a.t.const_data_ptr(), w1.const_data_ptr(), w2.const_data_ptr(),
+                        ptr_or(bias, out), out.mutable_data_ptr(), ptr_or(hidden, out), M, K, R, N,
+                        per_prog, bias.has_value() ? 1 : 0, hidden.has_value() ? 1 : 0, a.inner,
+                        a.s_outer, a.s_inner, kernel_stride(w1, 0), kernel_stride(w2, 0),
+                        kernel_stride(out, 0), hidden.has_value() ? kernel_stride(*hidden, 0) : 0);
+    return;
+  }
+  TORCH_CHECK(impl == Impl::kDecode, "neuralops.low_rank: internal error: no kernel for this route");
+  const aot::LowRankDecodeKey key{dtype, M <= 16 ? 16 : 64};
+  const auto cx = aot::low_rank_decode_constexprs(key);
+  const at::Tensor h = hidden.has_value() ? *hidden : at::empty({M, R}, out.options());
+  const int64_t n_rblocks = ceil_div(R, cx.BLOCK_R1);
+  const int64_t phase2 = ceil_div(N, cx.BLOCK_N);
+  // Phase 1 gets a share of the SMs in proportion to its bytes (w1 is R*K, w2 is N*R), so both
+  // weights stream at once; K is split until phase 1 has that many programs.
+  const int64_t sms = sm_count(device);
+  const int64_t target = std::max<int64_t>(1, sms * K / (K + N));
+  int64_t ksplit = std::clamp<int64_t>((target + n_rblocks / 2) / n_rblocks, 1, ceil_div(K, cx.BLOCK_K));
+  const int64_t k_len = ceil_div(ceil_div(K, ksplit), cx.BLOCK_K) * cx.BLOCK_K;
+  ksplit = ceil_div(K, k_len);
+  const at::Tensor part = ksplit > 1 ? at::empty({ksplit, M, R}, out.options().dtype(at::kFloat)) : h;
+  const at::Tensor sync = at::zeros({2 + n_rblocks}, out.options().dtype(at::kInt));
+  auto config = launch_config(out, n_rblocks * ksplit + phase2, 1, 1, "low_rank");
+  aot::low_rank_decode(key, config, a.t.const_data_ptr(), w1.const_data_ptr(), w2.const_data_ptr(),
+                       ptr_or(bias, out), out.mutable_data_ptr(), h.mutable_data_ptr(), part.mutable_data_ptr(),
+                       sync.mutable_data_ptr(), M, K, R, N, bias.has_value() ? 1 : 0, n_rblocks, ksplit,
+                       k_len, a.inner, a.s_outer, a.s_inner, kernel_stride(w1, 0), kernel_stride(w2, 0),
+                       N == 0 ? 0 : kernel_stride(out, 0), kernel_stride(h, 0));
+}
+
+// h = x @ V.T alone (the backward when autograd did not keep it).
+void run_hidden(Impl impl, const Rows& xr, const at::Tensor& V, const at::Tensor& h, int64_t M) {
+  if (impl == Impl::kDecode) {
+    // The decode kernel with no output columns: phase 1 only, V read once across the GPU.
+    const at::Tensor none = at::empty({0, V.size(0)}, h.options());
+    run_chain(impl, xr, V, none, std::nullopt, at::empty({M, 0}, h.options()), h, M);
+    return;
+  }
+  launch_gemm_nt(xr, V, std::nullopt, h, M, V.size(0), V.size(1));
+}
+
+void launch_wgrad(const Rows& g, const Rows& h, const at::Tensor& dh, const Rows& x, const at::Tensor& dU,
+                  const at::Tensor& dV, const OptTensor& dbias, int64_t M) {
+  const int64_t N = dU.size(0), R = dU.size(1), K = dV.size(1);
+  const aot::LowRankWgradKey key{dU.scalar_type()};
+  const auto cx = aot::low_rank_wgrad_constexprs(key);
+  const int64_t tiles = ceil_div(N, cx.BLOCK_P) * ceil_div(R, cx.BLOCK_Q) +
+                        ceil_div(R, cx.BLOCK_P) * ceil_div(K, cx.BLOCK_Q);
+  auto config = launch_config(dU, tiles, 1, 1, "low_rank");
+  aot::low_rank_wgrad(key, config, g.t.const_data_ptr(), h.t.const_data_ptr(), dh.const_data_ptr(),
+                      x.t.const_data_ptr(), dU.mutable_data_ptr(), dV.mutable_data_ptr(),
+                      dbias.has_value() ? dbias->mutable_data_ptr() : dU.mutable_data_ptr(), M, N, R, K,
+                      dbias.has_value() ? 1 : 0, g.inner, g.s_outer, g.s_inner, h.inner, h.s_outer,
+                      h.s_inner, kernel_stride(dh, 0), x.inner, x.s_outer, x.s_inner, kernel_stride(dU, 0),
+                      kernel_stride(dV, 0));
+}
+
+// ---- ATen (CPU, float64, and the cuBLAS route) ---------------------------------------------------
+
+std::tuple<at::Tensor, at::Tensor> aten_forward(const at::Tensor& x, const at::Tensor& U, const at::Tensor& V,
+                                                const OptTensor& bias) {
+  at::Tensor h = at::linear(x, V);
+  at::Tensor y = at::linear(h, U, bias);
+  return {y.contiguous(), h.contiguous()};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, OptTensor> aten_backward(
+    const at::Tensor& x, const at::Tensor& U, const at::Tensor& V, const at::Tensor& g,
+    const OptTensor& hidden, bool bias_grad) {
+  const int64_t M = rows_count(x);
+  const at::Tensor x2 = x.reshape({M, x.size(-1)});
+  const at::Tensor g2 = g.reshape({M, U.size(0)});
+  const at::Tensor h2 = hidden.has_value() ? hidden->reshape({M, V.size(0)}) : at::mm(x2, V.t());
+  const at::Tensor dh = at::mm(g2, U);
+  at::Tensor dx = at::mm(dh, V).view(x.sizes());
+  OptTensor dbias;
+  if (bias_grad) {
+    dbias = g2.sum(0);
+  }
+  return {dx, at::mm(g2.t(), h2), at::mm(dh.t(), x2), dbias};
+}
+
+// ---- ops --------------------------------------------------------------------------------------
+
+std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& U_in, const at::Tensor& V_in,
+                                           const OptTensor& bias_in, Backend backend, bool want_hidden) {
+  check_inputs(x, U_in, V_in, bias_in);
+  check_triton_dtype(x, backend);
+  if (!x.is_cuda()) {
+    return aten_forward(x, U_in, V_in, bias_in);
+  }
+  const at::Tensor U = unit_last(U_in), V = unit_last(V_in);
+  const OptTensor bias = bias_in.has_value() ? OptTensor(bias_in->contiguous()) : std::nullopt;
+  const Rows xr = rows_of(x);
+  const Chain chain = forward_chain(xr, x, U, V, bias);
+  const Impl impl = route(chain, backend);
+  if (impl == Impl::kAten) {
+    return aten_forward(x, U_in, V_in, bias_in);
+  }
+  c10::DeviceGuard guard(x.device());
+  at::Tensor y = at::empty({chain.M, chain.N}, x.options());
+  OptTensor h;
+  if (want_hidden) {
+    h = at::empty({chain.M, chain.R}, x.options());
+  }
+  run_chain(impl, xr, V, U, bias, y, h, chain.M);
+  at::Tensor hidden = want_hidden ? h->view(leading_shape(x, chain.R)) : at::empty({0}, x.options());
+  return {y.view(leading_shape(x, chain.N)), hidden};
+}
+
+at::Tensor low_rank_fwd(const at::Tensor& x, const at::Tensor& U, const at::Tensor& V, const OptTensor& bias,
+                        c10::string_view backend) {
+  return std::get<0>(forward(x, U, V, bias, parse_backend(backend), false));
+}
+
+std::tuple<at::Tensor, at::Tensor> low_rank_fwd_hidden(const at::Tensor& x, const at::Tensor& U,
+                                                       const at::Tensor& V, const OptTensor& bias,
+                                                       c10::string_view backend) {
+  return forward(x, U, V, bias, parse_backend(backend), true);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, OptTensor> low_rank_bwd(
+    const at::Tensor& x, const at::Tensor& U_in, const at::Tensor& V_in, const at::Tensor& grad_out,
+    const OptTensor& hidden, bool bias_grad, c10::string_view backend_name) {
+  const Backend backend = parse_backend(backend_name);
+  check_inputs(x, U_in, V_in, std::nullopt);
+  check_like_rows(x, grad_out, U_in.size(0), "grad_out", "out_features");
+  if (hidden.has_value()) {
+    check_like_rows(x, *hidden, V_in.size(0), "hidden", "rank");
+  }
+  check_triton_dtype(x, backend);
+  if (!x.is_cuda()) {
+    return aten_backward(x, U_in, V_in, grad_out, hidden, bias_grad);
+  }
+  const Rows gr = rows_of(grad_out);
+  const Chain chain = backward_chain(gr, x, U_in, V_in);
+  const Impl impl = route(chain, backend);
+  if (impl == Impl::kAten) {
+    return aten_backward(x, U_in, V_in, grad_out, hidden, bias_grad);
+  }
+  c10::DeviceGuard guard(x.device());
+  const at::Tensor U = unit_last(U_in), V = unit_last(V_in);
+  const int64_t M = chain.M, N = U.size(0), R = V.size(0), K = V.size(1);
+  const Rows xr = rows_of(x);
+  Rows hr;
+  if (hidden.has_value()) {
+    hr = rows_of(*hidden);
+  } else {
+    const at::Tensor h = at::empty({M, R}, x.options());
+    // h alone: the decode kernel's phase 1 where its conditions hold, else the general GEMM.
+    const Chain fwd = forward_chain(xr, x, U, V, std::nullopt);
+    run_hidden(fwd.hints && M <= kDecodeMaxRows ? Impl::kDecode : Impl::kTwoGemm, xr, V, h, M);
+    hr = rows_of_matrix(h);
+  }
+  // dx = (g @ U) @ V is the forward chain on the transposed weights; dh lands in its hidden slot.
+  const at::Tensor Ut = U.t().contiguous(), Vt = V.t().contiguous();
+  at::Tensor dx = at::empty({M, K}, x.options());
+  const at::Tensor dh = at::empty({M, R}, x.options());
+  run_chain(impl, gr, Ut, Vt, std::nullopt, dx, dh, M);
+  at::Tensor dU = at::empty({N, R}, x.options());
+  at::Tensor dV = at::empty({R, K}, x.options());
+  OptTensor dbias;
+  if (bias_grad) {
+    dbias = at::empty({N}, x.options());
+  }
+  launch_wgrad(gr, hr, dh, xr, dU, dV, dbias, M);
+  return {dx.view(x.sizes()), dU, dV, dbias};
+}
+
+std::string low_rank_route(const at::Tensor& x, const at::Tensor& U, const at::Tensor& V, const OptTensor& bias,
+                           c10::string_view backend_name, bool backward) {
+  const Backend backend = parse_backend(backend_name);
+  check_inputs(x, U, V, bias);
+  if (!x.is_cuda()) {
+    return "aten_cpu";
+  }
+  const Rows xr = rows_of(x);
+  const Chain chain = backward ? backward_chain(xr, x, U, V) : forward_chain(xr, x, U, V, bias);
+  return impl_name(route(chain, backend));
+}
+
+}  // namespace
+}  // namespace neuralops::ops
+
+TORCH_LIBRARY_FRAGMENT(neuralops, m) {
+  m.def("low_rank_fwd(Tensor x, Tensor U, Tensor V, Tensor? bias=None, *, str backend=\"auto\") -> Tensor");
+  m.def("low_rank_fwd_hidden(Tensor x, Tensor U, Tensor V, Tensor? bias=None, *, str backend=\"auto\") "
+        "-> (Tensor, Tensor)");
+  m.def("low_rank_bwd(Tensor x, Tensor U, Tensor V, Tensor grad_out, Tensor? hidden=None, bool bias_grad=False, "
+        "*, str backend=\"auto\") -> (Tensor, Tensor, Tensor, Tensor?)");
+  m.def("low_rank_route(Tensor x, Tensor U, Tensor V, Tensor? bias=None, *, str backend=\"auto\", "
+        "bool backward=False) -> str",
+        &neuralops::ops::low_rank_route);
+}
+
+TORCH_LIBRARY_IMPL(neuralops, CUDA, m) {
+  m.impl("low_rank_fwd", &neuralops::ops::low_rank_fwd);
+  m.impl("low_rank_fwd_hidden", &neuralops::ops::low_rank_fwd_hidden);
+  m.impl("low_rank_bwd", &neuralops::ops::low_rank_bwd);
+}
+
+TORCH_LIBRARY_IMPL(neuralops, CPU, m) {
+  m.impl("low_rank_fwd", &neuralops::ops::low_rank_fwd);
+  m.impl("low_rank_fwd_hidden", &neuralops::ops::low_rank_fwd_hidden);
+  m.impl("low_rank_bwd", &neuralops::ops::low_rank_bwd);
+}

@@ -1,0 +1,273 @@
+"""Triton Low-Rank Projection Kernel (Forward & Backward).
+
+Computes low-rank bottleneck projections: ``y = (x @ V.T) @ U.T + bias``, the layer
+``nn.Linear(in, out)`` factored through rank ``r`` (``neuralops.nn.LowRankLinear``).
+
+Used by: Multi-Head Latent Attention (MLA); SVD-LLM, ASVD, Direct SVD, DOBI SVD, Frandi; low-rank
+projections of linear attention.
+
+Shapes: x ``[..., in]`` (any leading dims), V ``[r, in]``, U ``[out, r]``, bias ``[out]`` or None;
+y ``[..., out]`` (contiguous). All share one dtype and device. ``bwd`` returns
+``(dx [..., in], dU [out, r], dV [r, in], dbias [out] or None)``.
+
+Numerics: products accumulate in fp32 and ``h = x @ V.T`` is rounded to the input dtype before the
+second product, as two ``F.linear`` calls round it; fp32 inputs use IEEE fp32 products (no TF32).
+
+On CUDA tensors of float16, bfloat16 or float32 the work runs in the compiled library
+(``torch.ops.neuralops.low_rank_fwd`` / ``low_rank_fwd_hidden`` / ``low_rank_bwd``), which picks
+per shape between AOT-compiled Triton kernels and cuBLAS (``backend="auto"``; ``"triton"`` or
+``"cublas"`` force one; ``route()`` says which a call takes). Elsewhere ``low_rank_pytorch_fallback``
+runs. ``fwd`` is differentiable either way (gradients for x, U, V and bias; when autograd needs
+them the forward keeps ``h`` for the backward) and works under ``torch.compile(fullgraph=True)``.
+
+x may be any view whose last dim is contiguous: leading dims that collapse into at most two strided
+levels are read in place; other layouts, and weights whose last dim is strided, are copied once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from neuralops import _library
+from neuralops.core.suitability import check_triton_suitability, register_op_limits
+
+BACKENDS = ("auto", "triton", "cublas")
+
+_INT32_MAX = 2**31 - 1
+
+
+def _limits(rows: int = 0, in_features: int = 0, rank: int = 0, out_features: int = 0) -> str | None:
+    # The kernels take sizes as 32-bit integers (offsets are 64-bit).
+    sizes = {"rows": rows, "in_features": in_features, "rank": rank, "out_features": out_features}
+    too_big = [f"{name}={value}" for name, value in sizes.items() if value > _INT32_MAX]
+    if too_big:
+        return f"sizes beyond the kernels' 32-bit arguments: {', '.join(too_big)}"
+    return None
+
+
+register_op_limits("low_rank", _limits)
+
+
+def _parse_kwargs(kwargs: dict[str, Any], fn: str) -> str:
+    unknown = sorted(set(kwargs) - {"backend"})
+    if unknown:
+        raise TypeError(f"neuralops.low_rank.{fn}() got unexpected keyword arguments {unknown}")
+    backend = kwargs.get("backend", "auto")
+    if backend not in BACKENDS:
+        raise ValueError(f'neuralops.low_rank: backend must be "auto", "triton" or "cublas", got {backend!r}')
+    return backend
+
+
+def _rows(x: torch.Tensor) -> int:
+    rows = 1
+    for size in x.shape[:-1]:
+        rows *= size
+    return rows
+
+
+def _check_inputs(x: torch.Tensor, U: torch.Tensor, V: torch.Tensor, bias: torch.Tensor | None) -> None:
+    for name, t in (("x", x), ("U", U), ("V", V)) + ((("bias", bias),) if bias is not None else ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"neuralops.low_rank: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if x.dim() < 1:
+        raise ValueError("neuralops.low_rank: x must have shape [..., in_features], got a 0-d tensor")
+    if V.dim() != 2:
+        raise ValueError(f"neuralops.low_rank: V must be 2-D [rank, in_features], got shape {tuple(V.shape)}")
+    if U.dim() != 2:
+        raise ValueError(f"neuralops.low_rank: U must be 2-D [out_features, rank], got shape {tuple(U.shape)}")
+    if V.shape[1] != x.shape[-1]:
+        raise ValueError(f"neuralops.low_rank: V must have shape [rank, in_features] with in_features = "
+                         f"x.shape[-1] = {x.shape[-1]}, got shape {tuple(V.shape)}")
+    if U.shape[1] != V.shape[0]:
+        raise ValueError(f"neuralops.low_rank: U must have shape [out_features, rank] with rank = "
+                         f"V.shape[0] = {V.shape[0]}, got shape {tuple(U.shape)}")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != U.shape[0]):
+        raise ValueError(f"neuralops.low_rank: bias must have shape [out_features] = [{U.shape[0]}], "
+                         f"got shape {tuple(bias.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"neuralops.low_rank: x must be a floating-point tensor, got {x.dtype}")
+    for name, t in (("U", U), ("V", V)) + ((("bias", bias),) if bias is not None else ()):
+        if t.dtype != x.dtype:
+            raise TypeError(f"neuralops.low_rank: {name} has dtype {t.dtype} but x has dtype {x.dtype}; "
+                            "x, U, V and bias must share one dtype")
+        if t.device != x.device:
+            raise ValueError(f"neuralops.low_rank: x is on {x.device} but {name} is on {t.device}")
+
+
+def _check_grad_out(x: torch.Tensor, U: torch.Tensor, grad_out: torch.Tensor) -> None:
+    if not isinstance(grad_out, torch.Tensor):
+        raise TypeError(f"neuralops.low_rank: grad_out must be a torch.Tensor, got {type(grad_out).__name__}")
+    expected = tuple(x.shape[:-1]) + (U.shape[0],)
+    if tuple(grad_out.shape) != expected:
+        raise ValueError(f"neuralops.low_rank: grad_out must have shape [..., out_features] = {expected} "
+                         f"(x's leading dims), got shape {tuple(grad_out.shape)}")
+    if grad_out.dtype != x.dtype:
+        raise TypeError(f"neuralops.low_rank: grad_out has dtype {grad_out.dtype} but x has dtype {x.dtype}")
+    if grad_out.device != x.device:
+        raise ValueError(f"neuralops.low_rank: x is on {x.device} but grad_out is on {grad_out.device}")
+
+
+def low_rank_pytorch_fallback(
+    x: torch.Tensor, U: torch.Tensor, V: torch.Tensor, bias: torch.Tensor | None = None, **kwargs: Any
+) -> torch.Tensor:
+    """The projection in plain PyTorch (two ``F.linear`` calls, differentiable)."""
+    return F.linear(F.linear(x, V), U, bias)
+
+
+def low_rank_bwd_pytorch_fallback(
+    x: torch.Tensor, U: torch.Tensor, V: torch.Tensor, grad_out: torch.Tensor,
+    bias: torch.Tensor | None = None, **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The gradients in plain PyTorch: what autograd computes for the two ``F.linear`` calls."""
+    rows = _rows(x)
+    x2 = x.reshape(rows, x.shape[-1])
+    g2 = grad_out.reshape(rows, U.shape[0])
+    dh = g2 @ U
+    dx = (dh @ V).reshape(x.shape)
+    dU = g2.T @ (x2 @ V.T)
+    dV = dh.T @ x2
+    return dx, dU, dV, (g2.sum(0) if bias is not None else None)
+
+
+def is_supported(
+    x: torch.Tensor, U: torch.Tensor, V: torch.Tensor, bias: torch.Tensor | None = None, **kwargs: Any
+) -> bool:
+    """Check whether low-rank projection can run on the Triton kernel."""
+    tensors = (x, U, V) + ((bias,) if bias is not None else ())
+    if not all(isinstance(t, torch.Tensor) for t in tensors) or x.dim() < 1 or U.dim() != 2 or V.dim() != 2:
+        return False
+    suitable, _ = check_triton_suitability(x, "low_rank", rows=_rows(x), in_features=x.shape[-1],
+                                           rank=V.shape[0], out_features=U.shape[0])
+    return suitable and all(t.device == x.device and t.dtype == x.dtype for t in tensors)
+
+
+def route(x: torch.Tensor, U: torch.Tensor, V: torch.Tensor, bias: torch.Tensor | None = None, *,
+          backend: str = "auto", backward: bool = False) -> str:
+    """The implementation a call with these inputs takes: ``"triton_decode"``, ``"triton_fused"``,
+    ``"triton_two_gemm"``, ``"cublas"`` (ATen on CUDA), ``"aten_cpu"``, or ``"pytorch_fallback"``
+    when the compiled library cannot run them. ``backward`` asks about ``bwd`` (its dx product)."""
+    _parse_kwargs({"backend": backend}, "route")
+    _check_inputs(x, U, V, bias)
+    if not is_supported(x, U, V, bias):
+        return "pytorch_fallback"
+    return torch.ops.neuralops.low_rank_route(x, U, V, bias, backend=backend, backward=backward)
+
+
+def fwd(
+    x: torch.Tensor, U: torch.Tensor, V: torch.Tensor, bias: torch.Tensor | None = None, **kwargs: Any
+) -> torch.Tensor:
+    """Forward entrypoint for fused Triton low-rank projection: y = (x @ V.T) @ U.T + bias.
+
+    Keyword-only ``backend``: ``"auto"`` (default), ``"triton"`` or ``"cublas"``.
+    """
+    backend = _parse_kwargs(kwargs, "fwd")
+    _check_inputs(x, U, V, bias)
+    if not is_supported(x, U, V, bias):
+        return low_rank_pytorch_fallback(x, U, V, bias)
+    tensors = (x, U, V) + ((bias,) if bias is not None else ())
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return torch.ops.neuralops.low_rank_fwd_hidden(x, U, V, bias, backend=backend)[0]
+    return torch.ops.neuralops.low_rank_fwd(x, U, V, bias, backend=backend)
+
+
+def bwd(
+    x: torch.Tensor,
+    U: torch.Tensor,
+    V: torch.Tensor,
+    grad_out: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Backward entrypoint computing gradients for x, U, V, and bias.
+
+    Recomputes ``h = x @ V.T`` (autograd through ``fwd`` keeps it instead). Keyword-only
+    ``backend`` as for ``fwd``.
+    """
+    backend = _parse_kwargs(kwargs, "bwd")
+    _check_inputs(x, U, V, bias)
+    _check_grad_out(x, U, grad_out)
+    if not is_supported(x, U, V, bias):
+        return low_rank_bwd_pytorch_fallback(x, U, V, grad_out, bias)
+    return torch.ops.neuralops.low_rank_bwd(x, U, V, grad_out, None, bias is not None, backend=backend)
+
+
+def _register() -> None:
+    def fake_fwd(x, U, V, bias=None, *, backend="auto"):
+        _parse_kwargs({"backend": backend}, "fwd")
+        _check_inputs(x, U, V, bias)
+        return x.new_empty(tuple(x.shape[:-1]) + (U.shape[0],))
+
+    def fake_fwd_hidden(x, U, V, bias=None, *, backend="auto"):
+        return fake_fwd(x, U, V, bias, backend=backend), x.new_empty(tuple(x.shape[:-1]) + (V.shape[0],))
+
+    def fake_bwd(x, U, V, grad_out, hidden=None, bias_grad=False, *, backend="auto"):
+        _parse_kwargs({"backend": backend}, "bwd")
+        _check_inputs(x, U, V, None)
+        _check_grad_out(x, U, grad_out)
+        dbias = x.new_empty((U.shape[0],)) if bias_grad else None
+        return x.new_empty(x.shape), U.new_empty(U.shape), V.new_empty(V.shape), dbias
+
+    def setup_fwd(ctx, inputs, output, keyword_only_inputs=None):
+        x, U, V, bias = inputs
+        ctx.save_for_backward(x, U, V, output[1] if isinstance(output, tuple) else None)
+        ctx.has_bias = bias is not None
+        ctx.backend = (keyword_only_inputs or {}).get("backend", "auto")
+
+    def backward_fwd(ctx, grad_y, grad_h=None):
+        x, U, V, h = ctx.saved_tensors
+        if grad_y is None:
+            grad_y = x.new_zeros(tuple(x.shape[:-1]) + (U.shape[0],))
+        dx, dU, dV, dbias = torch.ops.neuralops.low_rank_bwd(x, U, V, grad_y, h, ctx.has_bias, backend=ctx.backend)
+        if grad_h is not None:
+            # h itself was used downstream: its gradient flows into x and V as well.
+            dx = dx + grad_h @ V
+            dV = dV + grad_h.reshape(-1, V.shape[0]).T @ x.reshape(-1, V.shape[1])
+        return dx, dU, dV, dbias
+
+    def backward_fwd_hidden(ctx, grad_y, grad_h):
+        return backward_fwd(ctx, grad_y, grad_h)
+
+    def setup_bwd(ctx, inputs, output, keyword_only_inputs=None):
+        x, U, V, grad_out, hidden, bias_grad = inputs
+        ctx.save_for_backward(x, U, V, grad_out, hidden)
+
+    def backward_bwd(ctx, g_dx, g_dU, g_dV, g_dbias):
+        # The bwd outputs are bilinear in (x, U, V, grad_out, hidden); this is their adjoint, in
+        # plain PyTorch (double backward is rare and not worth kernels).
+        x, U, V, g, hidden = ctx.saved_tensors
+        rows = _rows(x)
+        x2, g2 = x.reshape(rows, V.shape[1]), g.reshape(rows, U.shape[0])
+        h2 = hidden.reshape(rows, V.shape[0]) if hidden is not None else x2 @ V.T
+        dh = g2 @ U
+        a2 = g_dx.reshape(rows, V.shape[1]) if g_dx is not None else torch.zeros_like(x2)
+        bU = g_dU if g_dU is not None else torch.zeros_like(U)
+        bV = g_dV if g_dV is not None else torch.zeros_like(V)
+        d_dh = a2 @ V.T + x2 @ bV.T                        # through dx = dh @ V and dV = dh.T @ x
+        d_x2 = dh @ bV                                     # through dV
+        d_V = dh.T @ a2                                    # through dx
+        d_h2 = g2 @ bU                                     # through dU = g.T @ h
+        d_g2 = h2 @ bU.T + d_dh @ U.T                      # through dU and dh = g @ U
+        if g_dbias is not None:
+            d_g2 = d_g2 + g_dbias                          # through dbias = g.sum(0)
+        d_U = g2.T @ d_dh                                  # through dh
+        d_hidden = None
+        if hidden is not None:
+            d_hidden = d_h2.reshape(hidden.shape)
+        else:                                              # h = x @ V.T was recomputed
+            d_x2 = d_x2 + d_h2 @ V
+            d_V = d_V + d_h2.T @ x2
+        return (d_x2.reshape(x.shape), d_U, d_V, d_g2.reshape(g.shape), d_hidden, None)
+
+    torch.library.register_fake("neuralops::low_rank_fwd", fake_fwd)
+    torch.library.register_fake("neuralops::low_rank_fwd_hidden", fake_fwd_hidden)
+    torch.library.register_fake("neuralops::low_rank_bwd", fake_bwd)
+    torch.library.register_autograd("neuralops::low_rank_fwd", backward_fwd, setup_context=setup_fwd)
+    torch.library.register_autograd("neuralops::low_rank_fwd_hidden", backward_fwd_hidden, setup_context=setup_fwd)
+    torch.library.register_autograd("neuralops::low_rank_bwd", backward_bwd, setup_context=setup_bwd)
+
+
+if _library.LOADED:
+    _register()

@@ -1,0 +1,1 @@
+"""Low-rank projection kernels (kernels.py) and the specializations built (spec.py)."""

@@ -1,0 +1,355 @@
+"""Low-rank projection ``y = (x @ V.T) @ U.T + bias`` and its backward as Triton kernels.
+
+Shapes and layout (every operand has unit stride along its last dimension)
+    x     [M, K]   the input flattened over its leading dims (K = in_features); see "Rows" below
+    V     [R, K]   the down projection (R = rank), row stride sv_r
+    U     [N, R]   the up projection (N = out_features), row stride su_n
+    bias  [N]
+    h     [M, R]   h = x @ V.T, rounded to the input dtype (as two F.linear calls round it)
+    y     [M, N]   y = h @ U.T + bias
+    backward, with g = dy [M, N]:
+    dh = g @ U [M, R]   dx = dh @ V [M, K]   dU = g.T @ h [N, R]   dV = dh.T @ x [R, K]   dbias = g.sum(0)
+
+Products accumulate in fp32. fp32 operands use IEEE fp32 products (``input_precision="ieee"``):
+TF32 would miss the 1e-4 relative accuracy fp32 users expect. Any M, K, R, N: tails are masked.
+
+Rows: an activation may be a view whose leading dims do not collapse into one stride (say a
+transposed [T, B, K] seen as [B, T, K]). Its row m then starts at
+``(m // inner) * s_outer + (m % inner) * s_inner``; a plain [M, K] matrix has inner = M, s_outer = 0.
+Any layout whose leading dims collapse into at most two such levels is read in place.
+
+dx and dh are the forward chain applied to (g, U.T, V.T): ``dx = (g @ (U.T).T) @ (V.T).T``. The
+forward kernels compute them from contiguous transposes of the weights, which are small next to the
+activations, with h's slot receiving dh.
+
+Kernels
+    low_rank_fused_kernel    M > 64, R <= BLOCK_R (256): a program owns BLOCK_M rows, computes their
+                             h tile over all of K and keeps it on chip while it sweeps its share of
+                             the N columns (grid axis 1 splits N when M alone gives too few programs;
+                             each split recomputes the h tile). h is stored only when asked (training).
+    low_rank_decode_kernel   M <= 64, any R: both weights read once, in one launch (see its docstring).
+    gemm_nt_kernel           C = A @ B.T (+ bias): the two-GEMM path, used where R is too large to keep
+                             h on chip.
+    low_rank_wgrad_kernel    dU = g.T @ h and dV = dh.T @ x in one launch (their output tiles together
+                             fill the GPU), with dbias folded into the dU tiles that read g anyway.
+The fused and decode kernels are compiled only with 16-byte hints (see spec.py); the op sends
+shapes that miss them (sizes not multiples of 16, misaligned views) to gemm_nt and wgrad, which are
+also built without hints. Each kernel sits beside its naive reference (``*_reference``; the fused
+and decode kernels compute ``low_rank_reference``), which the interpreter tests compare against.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+
+def _rows_2d(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1, t.shape[-1])
+
+
+def low_rank_reference(x: torch.Tensor, U: torch.Tensor, V: torch.Tensor,
+                       bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, h) as the kernels compute them: fp32 products, h rounded to the input dtype."""
+    h = (_rows_2d(x).float() @ V.float().T).to(x.dtype)
+    y = h.float() @ U.float().T
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype), h
+
+
+def low_rank_bwd_reference(x: torch.Tensor, U: torch.Tensor, V: torch.Tensor, g: torch.Tensor,
+                           h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(dx, dh, dU, dV, dbias) as the kernels compute them; dh is rounded to the input dtype."""
+    x2, g2 = _rows_2d(x).float(), _rows_2d(g).float()
+    dh = (g2 @ U.float()).to(x.dtype)
+    dx = dh.float() @ V.float()
+    dU = g2.T @ h.float()
+    dV = dh.float().T @ x2
+    return dx.to(x.dtype), dh, dU.to(x.dtype), dV.to(x.dtype), g2.sum(0).to(x.dtype)
+
+
+@triton.jit
+def _dot(a, b, acc):
+    if a.dtype == tl.float32:
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def _row_offsets(rows, inner, s_outer, s_inner):
+    """Element offsets of the rows' starts (int64), for the two-level row layout above."""
+    return (rows // inner).to(tl.int64) * s_outer + (rows % inner).to(tl.int64) * s_inner
+
+
+# ---- fused forward (M > 64); its reference is low_rank_reference --------------------------------
+
+@triton.jit
+def low_rank_fused_kernel(
+    x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, h_ptr,
+    M, K, R, N, n_per_prog, has_bias, store_h,
+    x_inner, sx_outer, sx_inner, sv_r, su_n, sy_m, sh_m,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < M
+    x_rows = x_ptr + _row_offsets(rows, x_inner, sx_outer, sx_inner)
+    rr = tl.arange(0, BLOCK_R)
+    r_ok = rr < R
+    v_rows = v_ptr + rr.to(tl.int64) * sv_r
+    kk0 = tl.arange(0, BLOCK_K)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + kk0
+        k_ok = kk < K
+        a = tl.load(x_rows[:, None] + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(v_rows[None, :] + kk[:, None], mask=r_ok[None, :] & k_ok[:, None], other=0.0)
+        acc = _dot(a, b, acc)
+    h = acc.to(y_ptr.dtype.element_ty)
+    if (store_h != 0) & (pid_n == 0):
+        h_out = h_ptr + rows.to(tl.int64)[:, None] * sh_m + rr[None, :]
+        tl.store(h_out, h, mask=row_ok[:, None] & r_ok[None, :])
+
+    u_cols = u_ptr + rr[:, None]
+    y_rows = y_ptr + rows.to(tl.int64)[:, None] * sy_m
+    n_lo = pid_n * n_per_prog
+    n_hi = tl.minimum(n_lo + n_per_prog, N)
+    for n0 in range(n_lo, n_hi, BLOCK_N):
+        cols = n0 + tl.arange(0, BLOCK_N)
+        c_ok = cols < n_hi
+        ut = tl.load(u_cols + cols.to(tl.int64)[None, :] * su_n, mask=r_ok[:, None] & c_ok[None, :], other=0.0)
+        out = _dot(h, ut, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
+        if has_bias != 0:
+            out += tl.load(bias_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_rows + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & c_ok[None, :])
+
+
+# ---- decode forward (M <= 64); its reference is low_rank_reference ------------------------------
+
+@triton.jit
+def low_rank_decode_kernel(
+    x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, h_ptr, part_ptr, sync_ptr,
+    M, K, R, N, has_bias, n_rblocks, n_ksplit, k_split,
+    x_inner, sx_outer, sx_inner, sv_r, su_n, sy_m, sh_m,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R1: tl.constexpr,
+    BLOCK_R2: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Both phases in one launch, each weight read once, by all SMs at the same time.
+
+    With M <= 64 the op is a read of V and U (R*(K+N) elements) and little arithmetic, so the design
+    goal is to stream both weights at full bandwidth: no weight tile is read by two programs, and
+    the programs that read U do so while the others are still reading V.
+      phase 1 (n_rblocks * n_ksplit programs): program (rb, ks) reads V[rb rows, ks-th K range] and
+        computes that slice of h. With one K range it stores h directly; otherwise it stores an fp32
+        partial and the last of the K ranges of its rb to arrive sums the partials in a fixed order
+        (so results are deterministic) and stores h. Each finished rb increments sync[1].
+      phase 2 (cdiv(N, BLOCK_N) programs): program nb loads its U tile for the first BLOCK_R2 of R,
+        then waits for sync[1] == n_rblocks, reads h (from L2), and writes y[:, nb cols].
+    Roles are handed out by arrival (a ticket from sync[0]), not by program id: a program that waits
+    holds a ticket past every phase-1 ticket, so all of phase 1 is already running and never waits
+    itself. The launch cannot deadlock whatever order the hardware starts programs in, and neither
+    does the sequential interpreter. sync ([2 + n_rblocks] int32) must be zero at launch.
+    An atomic-add reduction of h would save the partial buffer but make results order-dependent.
+    """
+    ticket = tl.atomic_add(sync_ptr, 1)
+    n_phase1 = n_rblocks * n_ksplit
+    rows = tl.arange(0, BLOCK_M)
+    row_ok = rows < M
+    h_rows = h_ptr + rows.to(tl.int64)[:, None] * sh_m
+    if ticket < n_phase1:
+        rb = ticket % n_rblocks
+        ks = ticket // n_rblocks
+        rr = rb * BLOCK_R1 + tl.arange(0, BLOCK_R1)
+        r_ok = rr < R
+        x_rows = x_ptr + _row_offsets(rows, x_inner, sx_outer, sx_inner)
+        v_rows = v_ptr + rr.to(tl.int64) * sv_r
+        kk0 = tl.arange(0, BLOCK_K)
+        k_lo = ks * k_split
+        k_hi = tl.minimum(k_lo + k_split, K)
+        acc = tl.zeros((BLOCK_M, BLOCK_R1), dtype=tl.float32)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            kk = k0 + kk0
+            k_ok = kk < k_hi
+            a = tl.load(x_rows[:, None] + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(v_rows[None, :] + kk[:, None], mask=r_ok[None, :] & k_ok[:, None], other=0.0)
+            acc = _dot(a, b, acc)
+        tile_ok = row_ok[:, None] & r_ok[None, :]
+        # A scalar atomic is issued by one thread: the barrier before each release makes every
+        # thread's stores precede it. Reads of data another program released go through L2 (.cg).
+        if n_ksplit == 1:
+            tl.store(h_rows + rr[None, :], acc.to(h_ptr.dtype.element_ty), mask=tile_ok)
+            tl.debug_barrier()
+            tl.atomic_add(sync_ptr + 1, 1, sem="release")
+        else:
+            part_tile = (rows.to(tl.int64) * R)[:, None] + rr[None, :]
+            slice_size = M.to(tl.int64) * R
+            tl.store(part_ptr + ks * slice_size + part_tile, acc, mask=tile_ok)
+            tl.debug_barrier()
+            arrived = tl.atomic_add(sync_ptr + 2 + rb, 1, sem="acq_rel")
+            if arrived == n_ksplit - 1:
+                total = tl.zeros((BLOCK_M, BLOCK_R1), dtype=tl.float32)
+                for s in range(0, n_ksplit):
+                    total += tl.load(part_ptr + s * slice_size + part_tile, mask=tile_ok, other=0.0,
+                                     cache_modifier=".cg")
+                tl.store(h_rows + rr[None, :], total.to(h_ptr.dtype.element_ty), mask=tile_ok)
+                tl.debug_barrier()
+                tl.atomic_add(sync_ptr + 1, 1, sem="release")
+    else:
+        cols = (ticket - n_phase1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        c_ok = cols < N
+        r2 = tl.arange(0, BLOCK_R2)
+        u_cols = u_ptr + cols.to(tl.int64)[None, :] * su_n
+        # Issued before the wait: this U tile streams in while phase 1 is still reading V.
+        ut = tl.load(u_cols + r2[:, None], mask=c_ok[None, :] & (r2[:, None] < R), other=0.0)
+        ready = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
+        while ready < n_rblocks:
+            ready = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
+        tl.debug_barrier()
+        hb = tl.load(h_rows + r2[None, :], mask=row_ok[:, None] & (r2[None, :] < R), other=0.0,
+                     cache_modifier=".cg")
+        out = _dot(hb, ut, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
+        for r0 in range(BLOCK_R2, R, BLOCK_R2):
+            rc = r0 + r2
+            ut = tl.load(u_cols + rc[:, None], mask=c_ok[None, :] & (rc[:, None] < R), other=0.0)
+            hb = tl.load(h_rows + rc[None, :], mask=row_ok[:, None] & (rc[None, :] < R), other=0.0,
+                         cache_modifier=".cg")
+            out = _dot(hb, ut, out)
+        if has_bias != 0:
+            out += tl.load(bias_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+        y_out = y_ptr + rows.to(tl.int64)[:, None] * sy_m + cols[None, :]
+        tl.store(y_out, out.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & c_ok[None, :])
+
+
+# ---- C = A @ B.T (+ bias): the two-GEMM path --------------------------------------------------
+
+def gemm_nt_reference(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    c = _rows_2d(a).float() @ b.float().T
+    if bias is not None:
+        c = c + bias.float()
+    return c.to(a.dtype)
+
+
+@triton.jit
+def gemm_nt_kernel(
+    a_ptr, b_ptr, bias_ptr, c_ptr,
+    M, N, K, has_bias,
+    a_inner, sa_outer, sa_inner, sb_n, sc_m,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    # GROUP_M row blocks share each column block of B while it is in L2.
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    group_size = GROUP_M * grid_n
+    first_m = (pid // group_size) * GROUP_M
+    size_m = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % size_m
+    pid_n = (pid % group_size) // size_m
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    a_rows = a_ptr + _row_offsets(rows, a_inner, sa_outer, sa_inner)
+    b_rows = b_ptr + cols.to(tl.int64) * sb_n
+    kk0 = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + kk0
+        k_ok = kk < K
+        a = tl.load(a_rows[:, None] + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_rows[None, :] + kk[:, None], mask=col_ok[None, :] & k_ok[:, None], other=0.0)
+        acc = _dot(a, b, acc)
+    if has_bias != 0:
+        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    c_out = c_ptr + rows.to(tl.int64)[:, None] * sc_m + cols[None, :]
+    tl.store(c_out, acc.to(c_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+
+# ---- weight gradients: dU = g.T @ h, dV = dh.T @ x, dbias = g.sum(0) --------------------------
+
+def wgrad_reference(g, h, dh, x, with_bias):
+    g2, x2 = _rows_2d(g).float(), _rows_2d(x).float()
+    dU = (g2.T @ _rows_2d(h).float()).to(g.dtype)
+    dV = (dh.float().T @ x2).to(g.dtype)
+    return dU, dV, (g2.sum(0).to(g.dtype) if with_bias else None)
+
+
+@triton.jit
+def _tn_tile(
+    a_ptr, b_ptr, c_ptr, db_ptr, M, P, Q, tile, p_fastest, with_db,
+    a_inner, sa_outer, sa_inner, b_inner, sb_outer, sb_inner, sc_p,
+    BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """C[P, Q] = A[M, P].T @ B[M, Q] for one output tile; with_db: also db[P] = A.sum(0).
+
+    p_fastest orders the tiles so that consecutive programs share the larger operand's column
+    block (read once from memory, then from L2).
+    """
+    n_p = tl.cdiv(P, BLOCK_P)
+    n_q = tl.cdiv(Q, BLOCK_Q)
+    if p_fastest:
+        pb = tile % n_p
+        qb = tile // n_p
+    else:
+        pb = tile // n_q
+        qb = tile % n_q
+    pp = pb * BLOCK_P + tl.arange(0, BLOCK_P)
+    qq = qb * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    p_ok = pp < P
+    q_ok = qq < Q
+    mm0 = tl.arange(0, BLOCK_M)
+    acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
+    db = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    for m0 in range(0, M, BLOCK_M):
+        mm = m0 + mm0
+        m_ok = mm < M
+        a_rows = a_ptr + _row_offsets(mm, a_inner, sa_outer, sa_inner)
+        b_rows = b_ptr + _row_offsets(mm, b_inner, sb_outer, sb_inner)
+        at = tl.load(a_rows[None, :] + pp[:, None], mask=p_ok[:, None] & m_ok[None, :], other=0.0)
+        b = tl.load(b_rows[:, None] + qq[None, :], mask=m_ok[:, None] & q_ok[None, :], other=0.0)
+        acc = _dot(at, b, acc)
+        if with_db:
+            db += tl.sum(at.to(tl.float32), axis=1)
+    c_out = c_ptr + pp.to(tl.int64)[:, None] * sc_p + qq[None, :]
+    tl.store(c_out, acc.to(c_ptr.dtype.element_ty), mask=p_ok[:, None] & q_ok[None, :])
+    if with_db:
+        tl.store(db_ptr + pp, db.to(db_ptr.dtype.element_ty), mask=p_ok)
+
+
+@triton.jit
+def low_rank_wgrad_kernel(
+    g_ptr, h_ptr, dh_ptr, x_ptr, du_ptr, dv_ptr, db_ptr,
+    M, N, R, K, has_bias,
+    g_inner, sg_outer, sg_inner, h_inner, sh_outer, sh_inner, sdh_m,
+    x_inner, sx_outer, sx_inner, sdu_n, sdv_r,
+    BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    # Programs [0, tiles_u) compute dU tiles, the rest dV tiles: one launch fills the GPU where
+    # either alone would not (both reduce over all M rows; their outputs are weight-sized). The
+    # branch only picks operands, so the tile code is compiled once.
+    pid = tl.program_id(0)
+    tiles_u = tl.cdiv(N, BLOCK_P) * tl.cdiv(R, BLOCK_Q)
+    is_dv = pid >= tiles_u
+    if pid < tiles_u:
+        # dU = g.T @ h. g (M x N) is the large operand: consecutive tiles share its column block.
+        # dbias rides along on the tiles of the first R block, which read every g element once.
+        a_ptr, b_ptr, c_ptr = g_ptr, h_ptr, du_ptr
+        P, Q, tile, sc_p = N, R, pid, sdu_n
+        a_inner, sa_outer, sa_inner = g_inner, sg_outer, sg_inner
+        b_inner, sb_outer, sb_inner = h_inner, sh_outer, sh_inner
+        with_db = (has_bias != 0) & (pid % tl.cdiv(R, BLOCK_Q) == 0)
+    else:
+        # dV = dh.T @ x. x (M x K) is the large operand.
+        a_ptr, b_ptr, c_ptr = dh_ptr, x_ptr, dv_ptr
+        P, Q, tile, sc_p = R, K, pid - tiles_u, sdv_r
+        a_inner, sa_outer, sa_inner = M, sdh_m * 0, sdh_m
+        b_inner, sb_outer, sb_inner = x_inner, sx_outer, sx_inner
+        with_db = has_bias < 0
+    _tn_tile(a_ptr, b_ptr, c_ptr, db_ptr, M, P, Q, tile, is_dv, with_db,
+             a_inner, sa_outer, sa_inner, b_inner, sb_outer, sb_inner, sc_p,
+             BLOCK_P, BLOCK_Q, BLOCK_M)

@@ -1,0 +1,147 @@
+"""The low-rank projection kernel specializations the build compiles (read by triton_src.aot).
+
+Tile sizes are constexprs derived from the key; everything else (sizes, strides, split counts,
+whether there is a bias) is a run-time argument, so the variant count stays small: 23 variants.
+
+Two kinds of kernels:
+  - the general ones (gemm_nt, wgrad) run any shape and layout: each key is built twice, with and
+    without the 16-byte hints (``aligned``), and the dispatcher picks the hinted form when it holds;
+  - the fast paths (fused, decode) are built only with the hints, written into their parameter
+    types (``:16``). csrc/ops/low_rank.cpp checks the hints before it picks them and sends other
+    shapes (odd sizes, misaligned views) to the general kernels. Without hints Triton cannot
+    vectorize a single load, so a hint-free form would be slow and, for these kernels, large.
+
+Shared memory stays within 99 KB per block on sm_80 and sm_120 (the sm_86/sm_89 GPUs an sm_80
+cubin also runs on, and consumer Blackwell, allow no more).
+"""
+
+from triton_src.aot.spec import KernelSpec
+
+_DTYPES = ("fp16", "bf16", "fp32")
+
+
+def _wide(key: dict) -> bool:
+    # fp32 products run on FMA units (IEEE, no tensor cores): smaller tiles keep registers in check.
+    return key["dtype"] != "fp32"
+
+
+# ---- fused forward: one BLOCK_M row block keeps its [BLOCK_M, BLOCK_R] h tile on chip ----------
+
+def _fused_constexprs(key: dict) -> dict:
+    r = key["BLOCK_R"]
+    if _wide(key):
+        return {"BLOCK_M": 64, "BLOCK_K": 32 if r == 256 else 64, "BLOCK_R": r, "BLOCK_N": 128 if r <= 128 else 64}
+    return {"BLOCK_M": 32, "BLOCK_K": 32, "BLOCK_R": r, "BLOCK_N": 64}
+
+
+# ":16": every pointer 16-byte aligned, every such integer a multiple of 16 (checked by the op).
+_FUSED_PARAMS = (
+    ("x_ptr", "*{dtype}:16"), ("v_ptr", "*{dtype}:16"), ("u_ptr", "*{dtype}:16"),
+    ("bias_ptr", "*{dtype}:16"), ("y_ptr", "*{dtype}:16"), ("h_ptr", "*{dtype}:16"),
+    ("M", "i32"), ("K", "i32:16"), ("R", "i32:16"), ("N", "i32:16"), ("n_per_prog", "i32:16"),
+    ("has_bias", "i32"), ("store_h", "i32"),
+    ("x_inner", "i32"), ("sx_outer", "i64:16"), ("sx_inner", "i64:16"), ("sv_r", "i64:16"),
+    ("su_n", "i64:16"), ("sy_m", "i64:16"), ("sh_m", "i64:16"),
+)
+
+# ---- decode forward (M <= 64): phase 1 over (R block, K range), phase 2 over N blocks -----------
+
+def _decode_constexprs(key: dict) -> dict:
+    # BLOCK_R2: the U tile phase 2 loads before it waits for h; with M <= 16 all of R <= 256.
+    small = key["BLOCK_M"] == 16
+    if _wide(key):
+        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_K": 128 if small else 64, "BLOCK_R1": 32,
+                "BLOCK_R2": 256 if small else 64, "BLOCK_N": 64}
+    return {"BLOCK_M": key["BLOCK_M"], "BLOCK_K": 64 if small else 32, "BLOCK_R1": 32, "BLOCK_R2": 64,
+            "BLOCK_N": 32}
+
+
+_DECODE_PARAMS = (
+    ("x_ptr", "*{dtype}:16"), ("v_ptr", "*{dtype}:16"), ("u_ptr", "*{dtype}:16"),
+    ("bias_ptr", "*{dtype}:16"), ("y_ptr", "*{dtype}:16"), ("h_ptr", "*{dtype}:16"),
+    ("part_ptr", "*fp32:16"), ("sync_ptr", "*i32"),
+    ("M", "i32"), ("K", "i32:16"), ("R", "i32:16"), ("N", "i32:16"), ("has_bias", "i32"),
+    ("n_rblocks", "i32"), ("n_ksplit", "i32"), ("k_split", "i32:16"),
+    ("x_inner", "i32"), ("sx_outer", "i64:16"), ("sx_inner", "i64:16"), ("sv_r", "i64:16"),
+    ("su_n", "i64:16"), ("sy_m", "i64:16"), ("sh_m", "i64:16"),
+)
+
+# ---- C = A @ B.T (+ bias) -----------------------------------------------------------------------
+
+def _gemm_constexprs(key: dict) -> dict:
+    if _wide(key):
+        return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}
+
+
+_GEMM_PARAMS = (
+    ("a_ptr", "*{dtype}"), ("b_ptr", "*{dtype}"), ("bias_ptr", "*{dtype}"), ("c_ptr", "*{dtype}"),
+    ("M", "i32"), ("N", "i32"), ("K", "i32"), ("has_bias", "i32"),
+    ("a_inner", "i32"), ("sa_outer", "i64"), ("sa_inner", "i64"), ("sb_n", "i64"), ("sc_m", "i64"),
+)
+
+# ---- weight gradients dU, dV (+ dbias) in one launch --------------------------------------------
+
+def _wgrad_constexprs(key: dict) -> dict:
+    if _wide(key):
+        return {"BLOCK_P": 128, "BLOCK_Q": 128, "BLOCK_M": 64}
+    return {"BLOCK_P": 64, "BLOCK_Q": 64, "BLOCK_M": 32}
+
+
+_WGRAD_PARAMS = (
+    ("g_ptr", "*{dtype}"), ("h_ptr", "*{dtype}"), ("dh_ptr", "*{dtype}"), ("x_ptr", "*{dtype}"),
+    ("du_ptr", "*{dtype}"), ("dv_ptr", "*{dtype}"), ("db_ptr", "*{dtype}"),
+    ("M", "i32"), ("N", "i32"), ("R", "i32"), ("K", "i32"), ("has_bias", "i32"),
+    ("g_inner", "i32"), ("sg_outer", "i64"), ("sg_inner", "i64"),
+    ("h_inner", "i32"), ("sh_outer", "i64"), ("sh_inner", "i64"), ("sdh_m", "i64"),
+    ("x_inner", "i32"), ("sx_outer", "i64"), ("sx_inner", "i64"), ("sdu_n", "i64"), ("sdv_r", "i64"),
+)
+
+
+def _pointers(params: tuple) -> tuple:
+    return tuple(name for name, ty in params if ty.startswith("*"))
+
+
+KERNELS = [
+    KernelSpec(
+        name="low_rank_fused",
+        function="low_rank_fused_kernel",
+        params=_FUSED_PARAMS,
+        # R <= 128 or <= 256 on chip; fp32 (FMA products, the accuracy path) keeps R <= 128 only.
+        keys={"dtype": _DTYPES, "BLOCK_R": (128, 256)},
+        include=lambda key: _wide(key) or key["BLOCK_R"] == 128,
+        constexprs=_fused_constexprs,
+        num_warps=lambda key: 8 if _wide(key) and key["BLOCK_R"] == 256 else 4,
+        num_stages=lambda key: 3 if _wide(key) and key["BLOCK_R"] <= 128 else 2,
+    ),
+    KernelSpec(
+        name="low_rank_decode",
+        function="low_rank_decode_kernel",
+        params=_DECODE_PARAMS,
+        keys={"dtype": _DTYPES, "BLOCK_M": (16, 64)},
+        constexprs=_decode_constexprs,
+        num_warps=4,
+        num_stages=3,
+    ),
+    KernelSpec(
+        name="low_rank_gemm_nt",
+        function="gemm_nt_kernel",
+        params=_GEMM_PARAMS,
+        keys={"dtype": _DTYPES},
+        constexprs=_gemm_constexprs,
+        num_warps=lambda key: 8 if _wide(key) else 4,
+        num_stages=lambda key: 3 if _wide(key) else 2,
+        aligned=_pointers(_GEMM_PARAMS) + ("N", "K", "sa_outer", "sa_inner", "sb_n", "sc_m"),
+    ),
+    KernelSpec(
+        name="low_rank_wgrad",
+        function="low_rank_wgrad_kernel",
+        params=_WGRAD_PARAMS,
+        keys={"dtype": _DTYPES},
+        constexprs=_wgrad_constexprs,
+        num_warps=lambda key: 8 if _wide(key) else 4,
+        num_stages=lambda key: 3 if _wide(key) else 2,
+        aligned=_pointers(_WGRAD_PARAMS) + ("N", "R", "K", "sg_outer", "sg_inner", "sh_outer",
+                                            "sh_inner", "sdh_m", "sx_outer", "sx_inner", "sdu_n", "sdv_r"),
+    ),
+]
