@@ -13,7 +13,7 @@ import torch
 import neuralops
 from neuralops.bench import harness, timing
 
-OPS = ("gqa",)
+OPS = ("gqa", "low_rank")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -167,9 +167,6 @@ def fwd(
     _check_inputs(x, U, V, bias)
     if not is_supported(x, U, V, bias):
         return low_rank_pytorch_fallback(x, U, V, bias)
-    tensors = (x, U, V) + ((bias,) if bias is not None else ())
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return torch.ops.neuralops.low_rank_fwd_hidden(x, U, V, bias, backend=backend)[0]
     return torch.ops.neuralops.low_rank_fwd(x, U, V, bias, backend=backend)
 
 
@@ -195,6 +192,8 @@ def bwd(
 
 
 def _register() -> None:
+    # Autograd is registered in C++ (csrc/ops/low_rank_autograd.cpp): shared with C++ callers, and a
+    # decode-sized call runs no Python beyond fwd's checks.
     def fake_fwd(x, U, V, bias=None, *, backend="auto"):
         _parse_kwargs({"backend": backend}, "fwd")
         _check_inputs(x, U, V, bias)
@@ -210,63 +209,9 @@ def _register() -> None:
         dbias = x.new_empty((U.shape[0],)) if bias_grad else None
         return x.new_empty(x.shape), U.new_empty(U.shape), V.new_empty(V.shape), dbias
 
-    def setup_fwd(ctx, inputs, output, keyword_only_inputs=None):
-        x, U, V, bias = inputs
-        ctx.save_for_backward(x, U, V, output[1] if isinstance(output, tuple) else None)
-        ctx.has_bias = bias is not None
-        ctx.backend = (keyword_only_inputs or {}).get("backend", "auto")
-
-    def backward_fwd(ctx, grad_y, grad_h=None):
-        x, U, V, h = ctx.saved_tensors
-        if grad_y is None:
-            grad_y = x.new_zeros(tuple(x.shape[:-1]) + (U.shape[0],))
-        dx, dU, dV, dbias = torch.ops.neuralops.low_rank_bwd(x, U, V, grad_y, h, ctx.has_bias, backend=ctx.backend)
-        if grad_h is not None:
-            # h itself was used downstream: its gradient flows into x and V as well.
-            dx = dx + grad_h @ V
-            dV = dV + grad_h.reshape(-1, V.shape[0]).T @ x.reshape(-1, V.shape[1])
-        return dx, dU, dV, dbias
-
-    def backward_fwd_hidden(ctx, grad_y, grad_h):
-        return backward_fwd(ctx, grad_y, grad_h)
-
-    def setup_bwd(ctx, inputs, output, keyword_only_inputs=None):
-        x, U, V, grad_out, hidden, bias_grad = inputs
-        ctx.save_for_backward(x, U, V, grad_out, hidden)
-
-    def backward_bwd(ctx, g_dx, g_dU, g_dV, g_dbias):
-        # The bwd outputs are bilinear in (x, U, V, grad_out, hidden); this is their adjoint, in
-        # plain PyTorch (double backward is rare and not worth kernels).
-        x, U, V, g, hidden = ctx.saved_tensors
-        rows = _rows(x)
-        x2, g2 = x.reshape(rows, V.shape[1]), g.reshape(rows, U.shape[0])
-        h2 = hidden.reshape(rows, V.shape[0]) if hidden is not None else x2 @ V.T
-        dh = g2 @ U
-        a2 = g_dx.reshape(rows, V.shape[1]) if g_dx is not None else torch.zeros_like(x2)
-        bU = g_dU if g_dU is not None else torch.zeros_like(U)
-        bV = g_dV if g_dV is not None else torch.zeros_like(V)
-        d_dh = a2 @ V.T + x2 @ bV.T                        # through dx = dh @ V and dV = dh.T @ x
-        d_x2 = dh @ bV                                     # through dV
-        d_V = dh.T @ a2                                    # through dx
-        d_h2 = g2 @ bU                                     # through dU = g.T @ h
-        d_g2 = h2 @ bU.T + d_dh @ U.T                      # through dU and dh = g @ U
-        if g_dbias is not None:
-            d_g2 = d_g2 + g_dbias                          # through dbias = g.sum(0)
-        d_U = g2.T @ d_dh                                  # through dh
-        d_hidden = None
-        if hidden is not None:
-            d_hidden = d_h2.reshape(hidden.shape)
-        else:                                              # h = x @ V.T was recomputed
-            d_x2 = d_x2 + d_h2 @ V
-            d_V = d_V + d_h2.T @ x2
-        return (d_x2.reshape(x.shape), d_U, d_V, d_g2.reshape(g.shape), d_hidden, None)
-
     torch.library.register_fake("neuralops::low_rank_fwd", fake_fwd)
     torch.library.register_fake("neuralops::low_rank_fwd_hidden", fake_fwd_hidden)
     torch.library.register_fake("neuralops::low_rank_bwd", fake_bwd)
-    torch.library.register_autograd("neuralops::low_rank_fwd", backward_fwd, setup_context=setup_fwd)
-    torch.library.register_autograd("neuralops::low_rank_fwd_hidden", backward_fwd_hidden, setup_context=setup_fwd)
-    torch.library.register_autograd("neuralops::low_rank_bwd", backward_bwd, setup_context=setup_bwd)
 
 
 if _library.LOADED:
