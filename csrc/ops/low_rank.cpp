@@ -200,28 +200,20 @@ Impl triton_impl(const Chain& c) {
 
 // The one place that decides which implementation runs a shape on CUDA (the backward takes the
 // same decision for its dx chain; its weight gradients follow: Triton's wgrad kernel on a Triton
-// route, cuBLAS otherwise). backend="auto":
+// route, cuBLAS otherwise). backend="auto", from the H200 measurements in
+// benchmarks/results/low_rank.md:
 //   - decode (M <= 64, fast-kernel conditions hold): Triton. One launch reads each weight once;
-//     two cuBLAS calls pay two launches and a GEMV-shaped GEMM each.
-//   - M > 64, fp16/bf16, R <= 256: Triton's fused kernel (h never leaves the chip).
-//   - everything else: cuBLAS. Above R = 256 the Triton path is two plain GEMMs, which cuBLAS
-//     runs at least as fast; fp32 products are IEEE FMA work in Triton, which cuBLAS SGEMM does
-//     faster; odd sizes or misaligned views would take Triton's unvectorized kernels.
-// These are the initial choices; python -m neuralops.bench low_rank times all three backends
-// side by side, and the thresholds here follow its H200 results.
+//     fwd+bwd at M = 16 and 64 beat two F.linear calls and their autograd.
+//   - everything else: cuBLAS. The fused Triton kernel (h kept on chip) lost to two cuBLAS GEMMs at
+//     every large-M shape measured (2.0x to 4.1x slower at M >= 4096, R <= 256), and above R = 256
+//     the Triton path is two plain GEMMs. backend="triton" still runs them.
 Impl route(const Chain& c, Backend backend) {
   if (backend == Backend::kCublas || !kernel_dtype(c.dtype) || c.M == 0 || c.K == 0 || c.R == 0 ||
       c.N == 0) {
     return Impl::kAten;
   }
   const Impl impl = triton_impl(c);
-  if (backend == Backend::kTriton) {
-    return impl;
-  }
-  if (impl == Impl::kDecode) {
-    return impl;
-  }
-  if (impl == Impl::kFused && c.dtype != at::kFloat) {
+  if (backend == Backend::kTriton || impl == Impl::kDecode) {
     return impl;
   }
   return Impl::kAten;

@@ -59,7 +59,12 @@ def make(lead, k, r, n, dtype, bias=True, layout="contiguous", seed=0):
     V = randn(r, k) / k**0.5
     U = randn(n, r) / r**0.5
     b = randn(n) if bias else None
-    return x.to(dtype), U.to(dtype), V.to(dtype), (b.to(dtype) if b is not None else None)
+    x = x.to(dtype)  # a conversion copies: rebuild the misaligned view in the target dtype
+    if layout == "misaligned":
+        flat = torch.empty(x.numel() + 1, device="cuda", dtype=dtype)
+        flat[1:].copy_(x.flatten())
+        x = flat[1:].view(x.shape)
+    return x, U.to(dtype), V.to(dtype), (b.to(dtype) if b is not None else None)
 
 
 def exact(x, U, V, b):

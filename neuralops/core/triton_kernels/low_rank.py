@@ -163,11 +163,13 @@ def fwd(
 
     Keyword-only ``backend``: ``"auto"`` (default), ``"triton"`` or ``"cublas"``.
     """
-    backend = _parse_kwargs(kwargs, "fwd")
+    backend = _parse_kwargs(kwargs, "fwd") if kwargs else "auto"
+    if is_supported(x, U, V, bias):
+        # The op checks its arguments itself, with the same messages: a decode step's whole
+        # budget is a few microseconds, so they are not checked twice.
+        return torch.ops.neuralops.low_rank_fwd(x, U, V, bias, backend=backend)
     _check_inputs(x, U, V, bias)
-    if not is_supported(x, U, V, bias):
-        return low_rank_pytorch_fallback(x, U, V, bias)
-    return torch.ops.neuralops.low_rank_fwd(x, U, V, bias, backend=backend)
+    return low_rank_pytorch_fallback(x, U, V, bias)
 
 
 def bwd(
