@@ -9,11 +9,12 @@ bfloat16 is left to the GPU tests: this Triton's interpreter computes tl.dot on 
 import pytest
 import torch
 
-from helpers import rel_error
+from helpers import rel_error, requires_interpreter
 from triton_src.low_rank import kernels
 from triton_src.low_rank.spec import KERNELS
 
 triton = pytest.importorskip("triton")
+pytestmark = requires_interpreter
 
 CONSTEXPRS = {spec.name: spec.constexprs for spec in KERNELS}
 DT = {torch.float32: "fp32", torch.float16: "fp16"}
