@@ -1,0 +1,697 @@
+// Linear attention: neuralops::linear_attn_fwd and neuralops::linear_attn_bwd. Kernels and their
+// math: triton_src/linear_attn/kernels.py; specializations built: triton_src/linear_attn/spec.py.
+//
+//   linear_attn_fwd(q [B, H, N, D], k [B, Hkv, N, D], v [B, Hkv, N, Dv], cos?, sin?, S0?, z0?,
+//                   phi, causal, eps, scale, return_state) -> (out [B, H, N, Dv], S, z)
+//   linear_attn_bwd(grad_out, q, k, v, cos?, sin?, S0?, z0?, grad_S?, grad_z?, phi, causal, eps,
+//                   scale, state_grad) -> (dq, dk, dv, dS0, dz0)
+//
+// phi is "elu+1", "relu", "identity" or "softmax_free" (identity features, no normalizer). States
+// are fp32 (fp64 for fp64 inputs on CPU): S [B, Hkv, D, Dv] and z [B, Hkv, D], with a part
+// dimension of 2 after Hkv under Cosformer (cos and sin weights [N] or [B, N]). S and z come back
+// empty unless return_state; dS0 and dz0 unless state_grad. No gradient flows to the weights.
+//
+// CUDA takes fp16, bf16 and fp32 with D, Dv <= 256 (D <= 128 under Cosformer); inputs may have any
+// strides with a unit last stride: a transposed [B, N, H, D] view is read in place. An input whose
+// pointer or strides are not 16-divisible, or whose last dimension is not a multiple of 16, is
+// first copied into a padded buffer (padding that has zero features). CPU tensors of any floating
+// dtype take a chunked ATen path (O(N) memory, like the kernels).
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "linear_attn_kernels.h"
+#include "ops/launch_utils.h"
+#include "runtime/cuda_driver.h"
+
+namespace neuralops::ops {
+namespace {
+
+using at::Tensor;
+using OptTensor = std::optional<Tensor>;
+
+// ---- argument checks (both devices) ------------------------------------------------------------
+
+struct Phi {
+  int64_t kind;    // kernels.py PHI_KINDS: 0 identity, 1 elu+1, 2 relu
+  bool normalize;  // false for softmax_free
+};
+
+Phi parse_phi(std::string_view phi) {
+  if (phi == "elu+1") return {1, true};
+  if (phi == "relu") return {2, true};
+  if (phi == "identity") return {0, true};
+  if (phi == "softmax_free") return {0, false};
+  TORCH_CHECK_VALUE(false, "neuralops.linear_attn: phi must be 'elu+1', 'relu', 'identity' or 'softmax_free', got '",
+                    std::string(phi), "'");
+}
+
+struct Shape {
+  int64_t b, h, hkv, n, d, dv, parts;
+  int64_t f() const { return parts * d; }
+};
+
+void check_state(const OptTensor& s, const OptTensor& z, const Shape& sh, const Tensor& q, const char* s_name,
+                 const char* z_name) {
+  TORCH_CHECK_VALUE(s.has_value() == z.has_value(), "neuralops.linear_attn: ", s_name, " and ", z_name,
+                    " go together: pass both or neither");
+  if (!s.has_value()) {
+    return;
+  }
+  const auto want = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  for (const Tensor* t : {&*s, &*z}) {
+    TORCH_CHECK_TYPE(t->scalar_type() == want, "neuralops.linear_attn: ", t == &*s ? s_name : z_name,
+                     " must be ", want, " for ", q.scalar_type(), " inputs, got ", t->scalar_type());
+    TORCH_CHECK_VALUE(t->device() == q.device(), "neuralops.linear_attn: ", t == &*s ? s_name : z_name,
+                      " is on ", t->device(), " but q is on ", q.device());
+  }
+  std::vector<int64_t> s_shape{sh.b, sh.hkv}, z_shape{sh.b, sh.hkv};
+  if (sh.parts == 2) {
+    s_shape.push_back(2);
+    z_shape.push_back(2);
+  }
+  s_shape.insert(s_shape.end(), {sh.d, sh.dv});
+  z_shape.push_back(sh.d);
+  TORCH_CHECK_VALUE(s->sizes() == at::IntArrayRef(s_shape), "neuralops.linear_attn: ", s_name, " must have shape ",
+                    at::IntArrayRef(s_shape), sh.parts == 2 ? " ([B, Hkv, 2, D, Dv] under Cosformer)" : " ([B, Hkv, D, Dv])",
+                    ", got ", s->sizes());
+  TORCH_CHECK_VALUE(z->sizes() == at::IntArrayRef(z_shape), "neuralops.linear_attn: ", z_name, " must have shape ",
+                    at::IntArrayRef(z_shape), sh.parts == 2 ? " ([B, Hkv, 2, D] under Cosformer)" : " ([B, Hkv, D])",
+                    ", got ", z->sizes());
+}
+
+Shape check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin) {
+  TORCH_CHECK_VALUE(q.dim() == 4, "neuralops.linear_attn: q must be 4-D [B, H, N, D], got shape ", q.sizes());
+  TORCH_CHECK_VALUE(k.dim() == 4, "neuralops.linear_attn: k must be 4-D [B, Hkv, N, D], got shape ", k.sizes());
+  TORCH_CHECK_VALUE(v.dim() == 4, "neuralops.linear_attn: v must be 4-D [B, Hkv, N, Dv], got shape ", v.sizes());
+  TORCH_CHECK_TYPE(at::isFloatingType(q.scalar_type()), "neuralops.linear_attn: q must be floating point, got ",
+                   q.scalar_type());
+  TORCH_CHECK_TYPE(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+                   "neuralops.linear_attn: q, k and v must have one dtype, got ", q.scalar_type(), ", ",
+                   k.scalar_type(), " and ", v.scalar_type());
+  check_same_device(q, k, "linear_attn", "q", "k");
+  check_same_device(q, v, "linear_attn", "q", "v");
+  const Shape sh{q.size(0), q.size(1), k.size(1), q.size(2), q.size(3), v.size(3), cos.has_value() ? 2 : 1};
+  TORCH_CHECK_VALUE(k.size(0) == sh.b && v.size(0) == sh.b, "neuralops.linear_attn: q, k and v must have one batch size, got ",
+                    sh.b, ", ", k.size(0), " and ", v.size(0));
+  TORCH_CHECK_VALUE(k.size(2) == sh.n && v.size(2) == sh.n, "neuralops.linear_attn: q, k and v must have one sequence length, got ",
+                    sh.n, ", ", k.size(2), " and ", v.size(2));
+  TORCH_CHECK_VALUE(k.size(3) == sh.d, "neuralops.linear_attn: k must have q's head dim ", sh.d, ", got ", k.size(3));
+  TORCH_CHECK_VALUE(v.size(1) == sh.hkv, "neuralops.linear_attn: k and v must have one number of heads, got ", sh.hkv,
+                    " and ", v.size(1));
+  TORCH_CHECK_VALUE(sh.d > 0 && sh.dv > 0, "neuralops.linear_attn: head dims must be positive, got D=", sh.d,
+                    " and Dv=", sh.dv);
+  TORCH_CHECK_VALUE(sh.hkv > 0 && sh.h % sh.hkv == 0, "neuralops.linear_attn: q's heads (", sh.h,
+                    ") must be a multiple of k's and v's (", sh.hkv, ")");
+  TORCH_CHECK_VALUE(cos.has_value() == sin.has_value(),
+                    "neuralops.linear_attn: cos_weight and sin_weight go together: pass both or neither");
+  if (cos.has_value()) {
+    for (const Tensor* w : {&*cos, &*sin}) {
+      const char* name = w == &*cos ? "cos_weight" : "sin_weight";
+      TORCH_CHECK_TYPE(at::isFloatingType(w->scalar_type()), "neuralops.linear_attn: ", name,
+                       " must be floating point, got ", w->scalar_type());
+      const bool ok = (w->dim() == 1 && w->size(0) == sh.n) ||
+                      (w->dim() == 2 && w->size(1) == sh.n && (w->size(0) == sh.b || w->size(0) == 1));
+      TORCH_CHECK_VALUE(ok, "neuralops.linear_attn: ", name, " must have shape [N] or [B, N] = [", sh.n, "] or [", sh.b,
+                        ", ", sh.n, "], got ", w->sizes());
+      TORCH_CHECK_VALUE(w->device() == q.device(), "neuralops.linear_attn: ", name, " is on ", w->device(),
+                        " but q is on ", q.device());
+    }
+  }
+  return sh;
+}
+
+// ---- CPU: chunked ATen (also the reference for C++ users without a GPU) ------------------------
+
+constexpr int64_t kCpuChunk = 64;
+
+Tensor phi_of(const Tensor& x, int64_t kind) {
+  if (kind == 1) return at::where(x > 0, x + 1, x.clamp_max(0).exp());
+  if (kind == 2) return x.clamp_min(0);
+  return x;
+}
+
+Tensor dphi_of(const Tensor& x, int64_t kind) {
+  if (kind == 1) return at::where(x > 0, at::ones_like(x), x.clamp_max(0).exp());
+  if (kind == 2) return (x > 0).to(x.scalar_type());
+  return at::ones_like(x);
+}
+
+// Position weights as [B or 1, 1, 1, N, 1] (the GQA-grouped layout below), or nothing.
+std::optional<std::pair<Tensor, Tensor>> cpu_weights(const OptTensor& cos, const OptTensor& sin, at::ScalarType dt) {
+  if (!cos.has_value()) return std::nullopt;
+  auto shape = [&](const Tensor& w) {
+    Tensor x = w.to(dt);
+    x = x.dim() == 1 ? x.unsqueeze(0) : x;
+    return x.reshape({x.size(0), 1, 1, x.size(1), 1});
+  };
+  return std::make_pair(shape(*cos), shape(*sin));
+}
+
+// Features [B, Hkv, R or 1, N, F] from x [B, Hx, N, D] (R = query heads per kv head).
+Tensor features(const Tensor& x, int64_t groups, int64_t kind, double mult,
+                const std::optional<std::pair<Tensor, Tensor>>& w) {
+  Tensor f = phi_of(x, kind) * mult;
+  f = f.reshape({x.size(0), x.size(1) / groups, groups, x.size(2), x.size(3)});
+  if (!w) return f;
+  return at::cat({f * w->first, f * w->second}, -1);
+}
+
+// The gradient of a feature tensor [B, Hkv, R, N, F] back to x [B, Hx, N, D].
+Tensor feature_grad(const Tensor& gf, const Tensor& x, int64_t kind, double mult,
+                    const std::optional<std::pair<Tensor, Tensor>>& w) {
+  Tensor g = gf;
+  if (w) {
+    const int64_t d = x.size(3);
+    g = gf.narrow(-1, 0, d) * w->first + gf.narrow(-1, d, d) * w->second;
+  }
+  g = g.reshape(x.sizes());
+  return g * dphi_of(x, kind) * mult;
+}
+
+Tensor user_state_view(const Tensor& flat, const Shape& sh, bool is_z) {
+  // [B, Hkv, 1, F(, Dv)] -> [B, Hkv, (2,) D(, Dv)]
+  std::vector<int64_t> shape{sh.b, sh.hkv};
+  if (sh.parts == 2) shape.push_back(2);
+  shape.push_back(sh.d);
+  if (!is_z) shape.push_back(sh.dv);
+  return flat.reshape(shape).contiguous();
+}
+
+std::tuple<Tensor, Tensor, Tensor> fwd_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
+                                           const OptTensor& sin, const OptTensor& s0, const OptTensor& z0,
+                                           const Shape& sh, Phi phi, bool causal, double eps, double scale,
+                                           bool return_state) {
+  const auto dt = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t r = sh.h / sh.hkv, f = sh.f();
+  const auto w = cpu_weights(cos, sin, dt);
+  const Tensor qf = features(q.to(dt), r, phi.kind, scale, w);           // [B, Hkv, R, N, F]
+  const Tensor kf = features(k.to(dt), 1, phi.kind, 1.0, w);             // [B, Hkv, 1, N, F]
+  const Tensor vv = v.to(dt).unsqueeze(2);                                // [B, Hkv, 1, N, Dv]
+  Tensor s = s0 ? s0->to(dt).reshape({sh.b, sh.hkv, 1, f, sh.dv}) : at::zeros({sh.b, sh.hkv, 1, f, sh.dv}, qf.options());
+  Tensor z = z0 ? z0->to(dt).reshape({sh.b, sh.hkv, 1, f}) : at::zeros({sh.b, sh.hkv, 1, f}, qf.options());
+  Tensor out = at::empty({sh.b, sh.hkv, r, sh.n, sh.dv}, qf.options());
+  if (causal) {
+    for (int64_t c0 = 0; c0 < sh.n; c0 += kCpuChunk) {
+      const int64_t len = std::min(kCpuChunk, sh.n - c0);
+      const Tensor qc = qf.narrow(3, c0, len), kc = kf.narrow(3, c0, len), vc = vv.narrow(3, c0, len);
+      const Tensor a = qc.matmul(kc.transpose(-1, -2)).tril();
+      Tensor num = a.matmul(vc) + qc.matmul(s);
+      if (phi.normalize) {
+        num = num / (a.sum(-1) + (qc * z.unsqueeze(3)).sum(-1) + eps).unsqueeze(-1);
+      }
+      out.narrow(3, c0, len).copy_(num);
+      s = s + kc.transpose(-1, -2).matmul(vc);
+      z = z + kc.sum(3);
+    }
+  } else {
+    s = s + kf.transpose(-1, -2).matmul(vv);
+    z = z + kf.sum(3);
+    Tensor num = qf.matmul(s);
+    if (phi.normalize) {
+      num = num / ((qf * z.unsqueeze(3)).sum(-1) + eps).unsqueeze(-1);
+    }
+    out.copy_(num);
+  }
+  Tensor result = out.reshape({sh.b, sh.h, sh.n, sh.dv}).to(q.scalar_type());
+  if (!return_state) {
+    return {result, at::empty({0}, qf.options()), at::empty({0}, qf.options())};
+  }
+  return {result, user_state_view(s, sh, false), user_state_view(z, sh, true)};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cpu(
+    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
+    const OptTensor& s0, const OptTensor& z0, const OptTensor& ds_fin, const OptTensor& dz_fin, const Shape& sh, Phi phi,
+    bool causal, double eps, double scale, bool state_grad) {
+  const auto dt = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t r = sh.h / sh.hkv, f = sh.f();
+  const auto w = cpu_weights(cos, sin, dt);
+  const Tensor q32 = q.to(dt), k32 = k.to(dt);
+  const Tensor qf = features(q32, r, phi.kind, scale, w);
+  const Tensor kf = features(k32, 1, phi.kind, 1.0, w);
+  const Tensor vv = v.to(dt).unsqueeze(2);
+  const Tensor go = dout.to(dt).reshape({sh.b, sh.hkv, r, sh.n, sh.dv});
+  Tensor s = s0 ? s0->to(dt).reshape({sh.b, sh.hkv, 1, f, sh.dv}) : at::zeros({sh.b, sh.hkv, 1, f, sh.dv}, qf.options());
+  Tensor z = z0 ? z0->to(dt).reshape({sh.b, sh.hkv, 1, f}) : at::zeros({sh.b, sh.hkv, 1, f}, qf.options());
+  Tensor rs = ds_fin ? ds_fin->to(dt).reshape({sh.b, sh.hkv, f, sh.dv}) : at::zeros({sh.b, sh.hkv, f, sh.dv}, qf.options());
+  Tensor rho = dz_fin ? dz_fin->to(dt).reshape({sh.b, sh.hkv, f}) : at::zeros({sh.b, sh.hkv, f}, qf.options());
+  Tensor g = at::empty_like(go), rr = at::zeros({sh.b, sh.hkv, r, sh.n}, qf.options());
+  Tensor dqf = at::empty_like(qf), dkf = at::empty_like(kf), dv = at::empty_like(vv);
+  // Rows' g = dout / den and r = -(dout . out) / den (g = dout, r = 0 unnormalized).
+  auto row_grads = [&](const Tensor& num, const Tensor& den, int64_t c0, int64_t len) {
+    const Tensor gc = go.narrow(3, c0, len);
+    if (phi.normalize) {
+      const Tensor out = num / den.unsqueeze(-1);
+      g.narrow(3, c0, len).copy_(gc / den.unsqueeze(-1));
+      rr.narrow(3, c0, len).copy_(-(gc * out).sum(-1) / den);
+    } else {
+      g.narrow(3, c0, len).copy_(gc);
+    }
+  };
+  if (causal) {
+    for (int64_t c0 = 0; c0 < sh.n; c0 += kCpuChunk) {  // forward order: dq
+      const int64_t len = std::min(kCpuChunk, sh.n - c0);
+      const Tensor qc = qf.narrow(3, c0, len), kc = kf.narrow(3, c0, len), vc = vv.narrow(3, c0, len);
+      const Tensor a = qc.matmul(kc.transpose(-1, -2)).tril();
+      const Tensor num = a.matmul(vc) + qc.matmul(s);
+      row_grads(num, a.sum(-1) + (qc * z.unsqueeze(3)).sum(-1) + eps, c0, len);
+      const Tensor gc = g.narrow(3, c0, len), rc = rr.narrow(3, c0, len);
+      const Tensor ds = (gc.matmul(vc.transpose(-1, -2)) + rc.unsqueeze(-1)).tril();
+      dqf.narrow(3, c0, len).copy_(ds.matmul(kc) + gc.matmul(s.transpose(-1, -2)) + rc.unsqueeze(-1) * z.unsqueeze(3));
+      s = s + kc.transpose(-1, -2).matmul(vc);
+      z = z + kc.sum(3);
+    }
+    const int64_t last = (sh.n - 1) / kCpuChunk * kCpuChunk;
+    for (int64_t c0 = last; c0 >= 0 && sh.n > 0; c0 -= kCpuChunk) {  // reverse order: dk, dv
+      const int64_t len = std::min(kCpuChunk, sh.n - c0);
+      const Tensor qc = qf.narrow(3, c0, len), kc = kf.narrow(3, c0, len), vc = vv.narrow(3, c0, len);
+      const Tensor gc = g.narrow(3, c0, len), rc = rr.narrow(3, c0, len);
+      const Tensor at_ = kc.matmul(qc.transpose(-1, -2)).triu();               // [.., j, i]
+      const Tensor dst = (vc.matmul(gc.transpose(-1, -2)) + rc.unsqueeze(-2)).triu();
+      const Tensor rs5 = rs.unsqueeze(2), rho5 = rho.unsqueeze(2);
+      dv.narrow(3, c0, len).copy_(at_.matmul(gc).sum(2, true) + kc.matmul(rs5));
+      dkf.narrow(3, c0, len).copy_(dst.matmul(qc).sum(2, true) + vc.matmul(rs5.transpose(-1, -2)) + rho5.unsqueeze(3));
+      rs = rs + qc.transpose(-1, -2).matmul(gc).sum(2);
+      rho = rho + (qc * rc.unsqueeze(-1)).sum({2, 3});
+    }
+  } else {
+    s = s + kf.transpose(-1, -2).matmul(vv);
+    z = z + kf.sum(3);
+    const Tensor num = qf.matmul(s);
+    row_grads(num, (qf * z.unsqueeze(3)).sum(-1) + eps, 0, sh.n);
+    dqf.copy_(g.matmul(s.transpose(-1, -2)) + rr.unsqueeze(-1) * z.unsqueeze(3));
+    rs = rs + qf.transpose(-1, -2).matmul(g).sum(2);
+    rho = rho + (qf * rr.unsqueeze(-1)).sum({2, 3});
+    dv.copy_(kf.matmul(rs.unsqueeze(2)));
+    dkf.copy_(vv.matmul(rs.unsqueeze(2).transpose(-1, -2)) + rho.unsqueeze(2).unsqueeze(3));
+  }
+  Tensor dq = feature_grad(dqf, q32, phi.kind, scale, w).to(q.scalar_type());
+  Tensor dk = feature_grad(dkf, k32, phi.kind, 1.0, w).to(k.scalar_type());
+  Tensor dvo = dv.reshape({sh.b, sh.hkv, sh.n, sh.dv}).to(v.scalar_type());
+  if (!state_grad) {
+    return {dq, dk, dvo, at::empty({0}, qf.options()), at::empty({0}, qf.options())};
+  }
+  return {dq, dk, dvo, user_state_view(rs, sh, false), user_state_view(rho, sh, true)};
+}
+
+// ---- CUDA: the Triton kernels --------------------------------------------------------------------
+
+constexpr int64_t kBlocks16[] = {64, 128, 256};
+constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kScanBlock = 256;  // spec.py SCAN_CONSTEXPRS["BE"]
+// Segments are sized so that the main kernels have about this many programs per multiprocessor.
+constexpr int64_t kProgramsPerSM = 4;
+
+int64_t pad16(int64_t x) {
+  return (x + 15) / 16 * 16;
+}
+
+int64_t block_for(int64_t bits, int64_t width) {
+  if (bits == 32) return 256;
+  for (int64_t b : kBlocks16) {
+    if (b >= width) return b;
+  }
+  TORCH_CHECK_VALUE(false, "neuralops.linear_attn: ", width, " columns exceed the largest block");
+}
+
+int sm_count(int device) {
+  static std::array<std::once_flag, runtime::kMaxDevices> once;
+  static std::array<int, runtime::kMaxDevices> count;
+  TORCH_CHECK(device >= 0 && device < runtime::kMaxDevices, "neuralops.linear_attn: device index ", device,
+              " out of range");
+  std::call_once(once[device], [device] {
+    const auto& d = runtime::driver();
+    CUdevice dev;
+    runtime::check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+    runtime::check(d.cuDeviceGetAttribute(&count[device], CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+                   "reading the multiprocessor count");
+  });
+  return count[device];
+}
+
+bool kernel_ready(const Tensor& t) {
+  if (t.size(3) % 16 != 0 || (t.size(3) > 1 && t.stride(3) != 1)) return false;
+  if (reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16 != 0) return false;
+  for (int64_t i = 0; i < 3; ++i) {
+    if (kernel_stride(t, i) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// t as the kernels need it: last dimension `width` (a multiple of 16), 16-divisible pointer and
+// strides; a copy (padded with `fill`) only when t is not already so.
+Tensor kernel_input(const Tensor& t, int64_t width, double fill) {
+  if (t.size(3) == width && kernel_ready(t)) return t;
+  Tensor out = at::full({t.size(0), t.size(1), t.size(2), width}, fill, t.options());
+  out.narrow(3, 0, t.size(3)).copy_(t);
+  return out;
+}
+
+Tensor kernel_output(int64_t b, int64_t h, int64_t n, int64_t width, const Tensor& like) {
+  return at::empty({b, h, n, width}, like.options());
+}
+
+Tensor unpad(const Tensor& t, int64_t width) {
+  return t.size(3) == width ? t : t.narrow(3, 0, width).contiguous();
+}
+
+struct Weights {
+  Tensor cos, sin;  // fp32, [N] or [B, N], contiguous; undefined without Cosformer
+  int64_t stride_b = 0;
+  const void* c() const { return cos.defined() ? cos.const_data_ptr() : nullptr; }
+  const void* s() const { return sin.defined() ? sin.const_data_ptr() : nullptr; }
+};
+
+Weights kernel_weights(const OptTensor& cos, const OptTensor& sin, int64_t n) {
+  Weights w;
+  if (!cos.has_value()) return w;
+  w.cos = cos->to(at::kFloat).contiguous();
+  w.sin = sin->to(at::kFloat).contiguous();
+  w.stride_b = (cos->dim() == 2 && cos->size(0) > 1) ? n : 0;
+  TORCH_CHECK_VALUE(w.stride_b == ((sin->dim() == 2 && sin->size(0) > 1) ? n : 0),
+                    "neuralops.linear_attn: cos_weight and sin_weight must have one shape, got ", cos->sizes(),
+                    " and ", sin->sizes());
+  return w;
+}
+
+// The choices csrc and tests/linear_attn_driver.py share: padded sizes, blocks, tiles, segments.
+struct Plan {
+  Shape sh;
+  Phi phi;
+  bool causal;
+  int64_t bits, f16, dp, dvp, bk, c, bt, nt, g, l, f, fd, e, ep;
+  Tensor q, k, v;  // kernel-ready inputs
+  Weights w;
+};
+
+Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
+               const Shape& sh, Phi phi, bool causal) {
+  Plan p{sh, phi, causal};
+  check_kernel_dtype(q, "linear_attn", "q");
+  TORCH_CHECK_VALUE(sh.d <= kMaxHeadDim && sh.dv <= kMaxHeadDim && sh.parts * pad16(sh.d) <= kMaxHeadDim,
+                    "neuralops.linear_attn: the CUDA kernels take D and Dv up to ", kMaxHeadDim,
+                    " (D up to 128 under Cosformer), got D=", sh.d, ", Dv=", sh.dv,
+                    sh.parts == 2 ? " with Cosformer" : "", "; use linear_attn_pytorch_fallback");
+  p.bits = q.element_size() * 8;
+  p.f16 = q.scalar_type() == at::kHalf;
+  p.dp = pad16(sh.d);
+  p.dvp = pad16(sh.dv);
+  // Padding columns must have zero features: phi(0) = 0, except elu+1 where exp(-inf) = 0.
+  const double fill = phi.kind == 1 ? -std::numeric_limits<double>::infinity() : 0.0;
+  p.q = kernel_input(q, p.dp, fill);
+  p.k = kernel_input(k, p.dp, fill);
+  p.v = kernel_input(v, p.dvp, 0.0);
+  p.bk = block_for(p.bits, sh.parts * p.dp);
+  if (p.bits == 16) {
+    const auto cx = aot::la_fwd16_constexprs({p.bk});
+    p.c = cx.C;
+    p.bt = cx.BT;
+  } else {
+    const auto cx = aot::la_fwd32_constexprs({p.bk});
+    p.c = cx.C;
+    p.bt = cx.BT;
+  }
+  p.nt = ceil_div(p.dvp, p.bt);
+  const int64_t nc = ceil_div(sh.n, p.c);
+  const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
+  const int64_t target = kProgramsPerSM * sm_count(q.get_device());
+  const int64_t g = std::clamp<int64_t>(ceil_div(target, per_segment), 1, std::max<int64_t>(nc, 1));
+  const int64_t chunks = ceil_div(std::max<int64_t>(nc, 1), g);
+  p.g = ceil_div(std::max<int64_t>(nc, 1), chunks);
+  p.l = chunks * p.c;
+  p.f = sh.f();
+  p.fd = p.f * sh.dv;
+  p.e = p.fd + p.f;
+  p.ep = pad16(p.e);
+  p.w = kernel_weights(cos, sin, sh.n);
+  return p;
+}
+
+// Run-time arguments every feature kernel shares, in kernel order after the pointers.
+struct Segments {
+  const void* s = nullptr;
+  const void* z = nullptr;
+  int64_t s_bh = 0, s_g = 0, z_bh = 0, z_g = 0, has = 0;
+};
+
+runtime::LaunchConfig config(const Tensor& t, int64_t programs, const char* what) {
+  return launch_config(t, programs, 1, 1, what);
+}
+
+template <typename... A>
+void launch_state(const Plan& p, const runtime::LaunchConfig& c, A... a) {
+  p.bits == 16 ? aot::la_state16({p.bk}, c, a...) : aot::la_state32({p.bk}, c, a...);
+}
+template <typename... A>
+void launch_fwd(const Plan& p, const runtime::LaunchConfig& c, A... a) {
+  p.bits == 16 ? aot::la_fwd16({p.bk}, c, a...) : aot::la_fwd32({p.bk}, c, a...);
+}
+template <typename... A>
+void launch_dv(const Plan& p, const runtime::LaunchConfig& c, A... a) {
+  p.bits == 16 ? aot::la_bwd_dv16({p.bk}, c, a...) : aot::la_bwd_dv32({p.bk}, c, a...);
+}
+template <typename... A>
+void launch_dq(const Plan& p, int64_t bkv, const runtime::LaunchConfig& c, A... a) {
+  p.bits == 16 ? aot::la_bwd_dq16({bkv}, c, a...) : aot::la_bwd_dq32({bkv}, c, a...);
+}
+template <typename... A>
+void launch_dk(const Plan& p, int64_t bkv, const runtime::LaunchConfig& c, A... a) {
+  p.bits == 16 ? aot::la_bwd_dk16({bkv}, c, a...) : aot::la_bwd_dk32({bkv}, c, a...);
+}
+
+int64_t st(const Tensor& t, int64_t dim) {
+  return kernel_stride(t, dim);
+}
+
+// Segment scan over x [B, HY * n_grp, G, EP] (see la_scan_kernel).
+void scan(const Plan& p, const Tensor& x, const Tensor& y, int64_t n_grp, int64_t mode, const OptTensor& init_s,
+          const OptTensor& init_z, const Tensor* tot_s, const Tensor* tot_z) {
+  const int64_t bh = p.sh.b * p.sh.hkv;
+  aot::la_scan({at::kFloat}, config(x, ceil_div(p.e, kScanBlock) * bh, "linear_attn scan"), x.const_data_ptr(),
+               y.mutable_data_ptr(), init_s ? init_s->const_data_ptr() : nullptr,
+               init_z ? init_z->const_data_ptr() : nullptr, tot_s ? tot_s->mutable_data_ptr() : nullptr,
+               tot_z ? tot_z->mutable_data_ptr() : nullptr, p.g, p.fd, p.e, n_grp, mode, init_s.has_value(),
+               tot_s != nullptr, 1, p.ep, y.size(2) * p.ep);
+}
+
+// The state before each segment (causal) or the total (bidirectional); the initial state itself
+// when one causal segment needs no scan. `buffer` keeps the scan's output alive.
+Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0, const Tensor* tot_s,
+                        const Tensor* tot_z, Tensor& buffer) {
+  Segments seg;
+  if (p.causal && p.g == 1) {
+    if (s0) {
+      seg = {s0->const_data_ptr(), z0->const_data_ptr(), p.fd, 0, p.f, 0, 1};
+    }
+    return seg;
+  }
+  const Shape& sh = p.sh;
+  buffer = at::empty({sh.b, sh.hkv, p.g, p.ep}, p.q.options().dtype(at::kFloat));
+  launch_state(p, config(p.q, p.nt * p.g * sh.b * sh.hkv, "linear_attn state"), p.k.const_data_ptr(),
+               p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), sh.hkv, sh.n, p.dp, p.dvp, sh.d,
+               sh.dv, p.g, p.l, p.phi.kind, p.f16, sh.parts, st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0),
+               st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
+  scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z);
+  const float* base = buffer.const_data_ptr<float>();
+  const int64_t seg_g = p.causal ? p.ep : 0;
+  return {base, base + p.fd, p.g * p.ep, seg_g, p.g * p.ep, seg_g, 1};
+}
+
+std::vector<int64_t> state_shape(const Shape& sh, bool is_z) {
+  std::vector<int64_t> s{sh.b, sh.hkv};
+  if (sh.parts == 2) s.push_back(2);
+  s.push_back(sh.d);
+  if (!is_z) s.push_back(sh.dv);
+  return s;
+}
+
+std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
+                                            const OptTensor& sin, const OptTensor& s0_in, const OptTensor& z0_in,
+                                            const Shape& sh, Phi phi, bool causal, double eps, double scale,
+                                            bool return_state) {
+  c10::DeviceGuard guard(q.device());
+  const auto f32 = q.options().dtype(at::kFloat);
+  Tensor sf = return_state ? at::empty(state_shape(sh, false), f32) : at::empty({0}, f32);
+  Tensor zf = return_state ? at::empty(state_shape(sh, true), f32) : at::empty({0}, f32);
+  if (sh.b * sh.h * sh.n == 0) {
+    if (return_state) {
+      s0_in ? sf.copy_(*s0_in) : sf.zero_();
+      z0_in ? zf.copy_(*z0_in) : zf.zero_();
+    }
+    return {at::empty({sh.b, sh.h, sh.n, sh.dv}, q.options()), sf, zf};
+  }
+  const OptTensor s0 = s0_in ? OptTensor(s0_in->contiguous()) : std::nullopt;
+  const OptTensor z0 = z0_in ? OptTensor(z0_in->contiguous()) : std::nullopt;
+  const Plan p = make_plan(q, k, v, cos, sin, sh, phi, causal);
+  const bool single = causal && p.g == 1;
+  Tensor buffer;
+  const Segments seg = forward_states(p, s0, z0, return_state && !single ? &sf : nullptr,
+                                      return_state && !single ? &zf : nullptr, buffer);
+  Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
+  launch_fwd(p, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"), p.q.const_data_ptr(), p.k.const_data_ptr(),
+             p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
+             return_state ? sf.mutable_data_ptr() : nullptr, return_state ? zf.mutable_data_ptr() : nullptr, nullptr,
+             nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, p.f16, phi.normalize, causal,
+             sh.parts, seg.has, return_state && single, 0, static_cast<float>(scale), static_cast<float>(eps),
+             st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
+             st(p.v, 2), st(out, 0), st(out, 1), st(out, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+  return {unpad(out, sh.dv), sf, zf};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
+    const Tensor& dout_in, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
+    const OptTensor& sin, const OptTensor& s0_in, const OptTensor& z0_in, const OptTensor& dsf_in,
+    const OptTensor& dzf_in, const Shape& sh, Phi phi, bool causal, double eps, double scale, bool state_grad) {
+  c10::DeviceGuard guard(q.device());
+  const auto f32 = q.options().dtype(at::kFloat);
+  Tensor ds0 = state_grad ? at::empty(state_shape(sh, false), f32) : at::empty({0}, f32);
+  Tensor dz0 = state_grad ? at::empty(state_shape(sh, true), f32) : at::empty({0}, f32);
+  if (sh.b * sh.h * sh.n == 0) {
+    if (state_grad) {
+      dsf_in ? ds0.copy_(*dsf_in) : ds0.zero_();
+      dzf_in ? dz0.copy_(*dzf_in) : dz0.zero_();
+    }
+    return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), ds0, dz0};
+  }
+  auto contig = [](const OptTensor& t) { return t ? OptTensor(t->contiguous()) : std::nullopt; };
+  const OptTensor s0 = contig(s0_in), z0 = contig(z0_in), dsf = contig(dsf_in), dzf = contig(dzf_in);
+  const Plan p = make_plan(q, k, v, cos, sin, sh, phi, causal);
+  const Tensor dout = kernel_input(dout_in, p.dvp, 0.0);
+  Tensor fwd_buffer;
+  const Segments seg = forward_states(p, s0, z0, nullptr, nullptr, fwd_buffer);
+  const int64_t nt_stats = phi.normalize ? p.nt : 0;
+  Tensor den, dl;
+  if (phi.normalize) {
+    den = at::empty({sh.b, sh.h, sh.n}, f32);
+    dl = at::empty({sh.b, sh.h, p.nt, sh.n}, f32);
+    launch_fwd(p, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"), p.q.const_data_ptr(),
+               p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
+               nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), sh.h, sh.hkv, sh.n, p.dp, p.dvp,
+               sh.d, sh.dv, p.g, p.l, phi.kind, p.f16, phi.normalize, causal, sh.parts, seg.has, 0, 1,
+               static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
+               st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2),
+               p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+  }
+  const void* den_ptr = phi.normalize ? den.const_data_ptr() : nullptr;
+  const void* dl_ptr = phi.normalize ? dl.const_data_ptr() : nullptr;
+  const int64_t bkv = block_for(p.bits, p.dvp);
+  const int64_t bf = p.bits == 16 ? aot::la_bwd_dq16_constexprs({bkv}).BF : aot::la_bwd_dq32_constexprs({bkv}).BF;
+  const int64_t nf = ceil_div(p.dp, bf / sh.parts);
+  const bool need_rseg = p.g > 1 || !causal || state_grad;
+  const Tensor rs = need_rseg ? at::empty({sh.b, sh.h, p.g, p.ep}, f32) : Tensor();
+  Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
+  launch_dq(p, bkv, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
+            p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(),
+            p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, need_rseg ? rs.mutable_data_ptr() : nullptr, sh.h, sh.hkv, sh.n,
+            p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats, phi.kind, p.f16, phi.normalize, causal, sh.parts, seg.has,
+            need_rseg, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1),
+            st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0),
+            st(dq, 1), st(dq, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g, p.ep);
+  // The reverse states: R (sum of qf^T g over later rows) and rho, per kv head and segment.
+  Segments rev;
+  Tensor r_buffer;
+  if (need_rseg) {
+    const int64_t n_rep = sh.h / sh.hkv;
+    r_buffer = n_rep == 1 ? rs : at::empty({sh.b, sh.hkv, causal ? p.g : 1, p.ep}, f32);
+    scan(p, rs, r_buffer, n_rep, causal ? 1 : 2, dsf, dzf, state_grad ? &ds0 : nullptr, state_grad ? &dz0 : nullptr);
+    const float* base = r_buffer.const_data_ptr<float>();
+    const int64_t seg_g = causal ? p.ep : 0;
+    rev = {base, base + p.fd, r_buffer.size(2) * p.ep, seg_g, r_buffer.size(2) * p.ep, seg_g, 1};
+  } else if (dsf) {
+    rev = {dsf->const_data_ptr(), dzf->const_data_ptr(), p.fd, 0, p.f, 0, 1};
+  }
+  Tensor dk = kernel_output(sh.b, sh.hkv, sh.n, p.dp, k);
+  Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
+  launch_dv(p, config(q, p.nt * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"), p.q.const_data_ptr(),
+            p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, den_ptr,
+            sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, p.f16, phi.normalize, causal, sh.parts,
+            rev.has, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1),
+            st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1), st(dv, 2), p.w.stride_b,
+            rev.s_bh, rev.s_g);
+  launch_dk(p, bkv, config(q, nf * p.g * sh.b * sh.hkv, "linear_attn_bwd dk"), p.q.const_data_ptr(),
+            p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dk.mutable_data_ptr(), p.w.c(),
+            p.w.s(), rev.s, rev.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats,
+            phi.kind, p.f16, phi.normalize, causal, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0),
+            st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
+            st(dout, 0), st(dout, 1), st(dout, 2), st(dk, 0), st(dk, 1), st(dk, 2), p.w.stride_b, rev.s_bh, rev.s_g,
+            rev.z_bh, rev.z_g);
+  return {unpad(dq, sh.d), unpad(dk, sh.d), unpad(dv, sh.dv), ds0, dz0};
+}
+
+// ---- the ops ------------------------------------------------------------------------------------
+
+std::tuple<Tensor, Tensor, Tensor> linear_attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                   const OptTensor& cos, const OptTensor& sin, const OptTensor& s0,
+                                                   const OptTensor& z0, c10::string_view phi, bool causal, double eps,
+                                                   double scale, bool return_state) {
+  const Phi ph = parse_phi(std::string_view(phi.data(), phi.size()));
+  const Shape sh = check_inputs(q, k, v, cos, sin);
+  check_state(s0, z0, sh, q, "initial_S", "initial_z");
+  if (q.is_cuda()) {
+    return fwd_cuda(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state);
+  }
+  return fwd_cpu(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state);
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_attn_bwd(
+    const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
+    const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, const OptTensor& grad_s, const OptTensor& grad_z,
+    c10::string_view phi, bool causal, double eps, double scale, bool state_grad) {
+  const Phi ph = parse_phi(std::string_view(phi.data(), phi.size()));
+  const Shape sh = check_inputs(q, k, v, cos, sin);
+  check_state(s0, z0, sh, q, "initial_S", "initial_z");
+  check_state(grad_s, grad_z, sh, q, "grad_S", "grad_z");
+  TORCH_CHECK_VALUE(grad_out.sizes() == at::IntArrayRef({sh.b, sh.h, sh.n, sh.dv}),
+                    "neuralops.linear_attn: grad_out must have the output's shape [B, H, N, Dv] = [", sh.b, ", ", sh.h,
+                    ", ", sh.n, ", ", sh.dv, "], got ", grad_out.sizes());
+  TORCH_CHECK_TYPE(grad_out.scalar_type() == q.scalar_type(), "neuralops.linear_attn: grad_out must be ",
+                   q.scalar_type(), " like q, got ", grad_out.scalar_type());
+  check_same_device(q, grad_out, "linear_attn", "q", "grad_out");
+  if (q.is_cuda()) {
+    return bwd_cuda(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, sh, ph, causal, eps, scale, state_grad);
+  }
+  return bwd_cpu(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, sh, ph, causal, eps, scale, state_grad);
+}
+
+}  // namespace
+}  // namespace neuralops::ops
+
+TORCH_LIBRARY_FRAGMENT(neuralops, m) {
+  m.def("linear_attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? cos_weight, Tensor? sin_weight, "
+        "Tensor? initial_S, Tensor? initial_z, str phi, bool causal, float eps, float scale, bool return_state) "
+        "-> (Tensor, Tensor, Tensor)");
+  m.def("linear_attn_bwd(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor? cos_weight, Tensor? sin_weight, "
+        "Tensor? initial_S, Tensor? initial_z, Tensor? grad_S, Tensor? grad_z, str phi, bool causal, float eps, "
+        "float scale, bool state_grad) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(neuralops, CUDA, m) {
+  m.impl("linear_attn_fwd", &neuralops::ops::linear_attn_fwd);
+  m.impl("linear_attn_bwd", &neuralops::ops::linear_attn_bwd);
+}
+
+TORCH_LIBRARY_IMPL(neuralops, CPU, m) {
+  m.impl("linear_attn_fwd", &neuralops::ops::linear_attn_fwd);
+  m.impl("linear_attn_bwd", &neuralops::ops::linear_attn_bwd);
+}

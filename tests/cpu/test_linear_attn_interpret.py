@@ -1,0 +1,133 @@
+"""The linear attention Triton kernels themselves, run on CPU tensors by the Triton interpreter
+(TRITON_INTERPRET=1, set in conftest.py), launched the way csrc/ops/linear_attn.cpp launches them
+(tests/linear_attn_driver.py), on small odd shapes: a representative subset of the modes (the GPU
+tests cover all of them). Triton 3.8's interpreter multiplies bf16 bits as integers in tl.dot;
+patch_interpreter_bf16_dot makes it widen them first, as the GPU does."""
+
+import math
+
+import pytest
+import torch
+
+import linear_attn_driver as drv
+from helpers import rel_error
+from triton_src.linear_attn import kernels as K
+
+triton = pytest.importorskip("triton")
+drv.patch_interpreter_bf16_dot()
+
+TOL = {torch.bfloat16: 1e-2, torch.float16: 5e-3, torch.float32: 1e-4}
+
+
+def cosformer(n, start=0, max_len=None):
+    i = torch.arange(start, start + n, dtype=torch.float64)
+    m = max_len or n
+    return torch.cos(math.pi * i / (2 * m)).float(), torch.sin(math.pi * i / (2 * m)).float()
+
+
+def make(b, h, hkv, n, d, dv, dtype, positive=False, transposed=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shapes = ((b, h, n, d), (b, hkv, n, d), (b, hkv, n, dv))
+    if transposed:  # [B, N, H, D] storage viewed as [B, H, N, D]
+        q, k, v = (torch.randn(s[0], s[2], s[1], s[3], generator=g).to(dtype).transpose(1, 2) for s in shapes)
+    else:
+        q, k, v = (torch.randn(s, generator=g).to(dtype) for s in shapes)
+    if positive:
+        q, k = q.abs(), k.abs()
+    return q, k, v
+
+
+CASES = [
+    # B, H, Hkv, N, D, Dv, dtype, phi, causal, cos, state, seg_len, transposed
+    (1, 4, 2, 150, 16, 16, torch.bfloat16, "elu+1", True, False, True, 64, False),   # GQA, segments, states
+    (2, 2, 1, 70, 16, 32, torch.float16, "relu", False, True, False, 64, True),       # bidirectional Cosformer
+    (1, 2, 2, 37, 20, 24, torch.bfloat16, "elu+1", True, False, False, None, False),  # padded D, Dv (-inf fill)
+    (1, 2, 1, 50, 16, 16, torch.bfloat16, "identity", False, False, False, None, False),
+    (1, 2, 1, 40, 16, 16, torch.float32, "softmax_free", True, True, True, 16, False),  # fp32 variant, states
+    (2, 2, 2, 1, 16, 16, torch.float16, "elu+1", True, False, True, None, False),     # decode step
+]
+
+
+@pytest.mark.parametrize("b,h,hkv,n,d,dv,dtype,phi,causal,cos,state,seg_len,transposed", CASES)
+def test_kernels_forward_and_backward(b, h, hkv, n, d, dv, dtype, phi, causal, cos, state, seg_len, transposed):
+    q, k, v = make(b, h, hkv, n, d, dv, dtype, positive=phi == "identity", transposed=transposed)
+    w = cosformer(n) if cos else None
+    parts = 2 if cos else 1
+    g = torch.Generator().manual_seed(1)
+    s0 = z0 = ds_fin = dz_fin = None
+    if state:
+        s0 = torch.randn(b, hkv, parts * d, dv, generator=g)
+        z0 = torch.rand(b, hkv, parts * d, generator=g) * 3
+        ds_fin = torch.randn(b, hkv, parts * d, dv, generator=g)
+        dz_fin = torch.randn(b, hkv, parts * d, generator=g)
+    dout = torch.randn(b, h, n, dv, generator=g).to(dtype)
+    kw = dict(phi=phi, causal=causal, scale=0.5, cos=w[0] if w else None, sin=w[1] if w else None, s0=s0, z0=z0,
+              seg_len=seg_len)
+    out, s_fin, z_fin = drv.forward(q, k, v, return_state=True, **kw)
+    dq, dk, dv_, ds0, dz0 = drv.backward(dout, q, k, v, ds_fin=ds_fin, dz_fin=dz_fin, state_grad=state, **kw)
+
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    if state:
+        leaves += [s0.double().requires_grad_(), z0.double().requires_grad_()]
+    pk = K.PHI_KINDS["identity" if phi == "softmax_free" else phi]
+    ref, ref_s, ref_z = K.attention_reference(*leaves[:3], pk, phi != "softmax_free", causal, w, 0.5, 1e-6,
+                                              *(leaves[3:] if state else (None, None)))
+    loss = (ref * dout.double()).sum()
+    if state:
+        loss = loss + (ref_s * ds_fin.double()).sum() + (ref_z * dz_fin.double()).sum()
+    grads = torch.autograd.grad(loss, leaves)
+    tol = TOL[dtype]
+    assert out.dtype == dtype and out.shape == (b, h, n, dv)
+    results = {"out": (out, ref), "S": (s_fin, ref_s), "z": (z_fin, ref_z), "dq": (dq, grads[0]),
+               "dk": (dk, grads[1]), "dv": (dv_, grads[2])}
+    if state:
+        results.update(dS0=(ds0, grads[3]), dz0=(dz0, grads[4]))
+    errors = {name: rel_error(a, r) for name, (a, r) in results.items()}
+    assert all(e <= tol for e in errors.values()), errors
+
+
+@pytest.mark.parametrize("cos", [False, True])
+def test_state_kernel_matches_reference(cos):
+    b, hkv, n, d, dv = 2, 2, 100, 16, 20
+    k, v = torch.randn(b, hkv, n, d), torch.randn(b, hkv, n, dv)
+    w = (torch.rand(b, n), torch.rand(b, n)) if cos else None
+    st = drv._Setup(k.repeat(1, 2, 1, 1), k, v, "elu+1", False, *(w or (None, None)), 1, 64)
+    parts = 2 if cos else 1
+    x = torch.full((b, hkv, st.g, st.ep), float("nan"))
+    K.la_state_kernel[(st.nt * st.g * b * hkv,)](
+        st.kk, st.kv, st.wc, st.ws, x, hkv, n, *st.dims(), st.g, st.l, 1, 0, parts,
+        *drv._st(st.k), *drv._st(st.v), st.sw_b, st.ep, C=st.c, BK=st.bk, BT=st.bt, PREC=st.prec)
+    ref_s, ref_z = K.state_reference(k, v, 1, w, st.l)
+    f = parts * d
+    assert rel_error(x[..., : f * dv].reshape(b, hkv, st.g, f, dv), ref_s) < 1e-4
+    assert rel_error(x[..., f * dv: f * dv + f], ref_z) < 1e-6
+
+
+@pytest.mark.parametrize("mode,n_grp", [(0, 1), (1, 2), (2, 2), (2, 1)])
+def test_scan_kernel_matches_reference(mode, n_grp):
+    b, hy, g, fd, f = 2, 2, 37, 300, 20  # G over two GB=16 blocks plus a partial one
+    e = fd + f
+    ep = drv.pad16(e)
+    x = torch.randn(b, hy * n_grp, g, ep)
+    init_s, init_z = torch.randn(b, hy, fd), torch.randn(b, hy, f)
+    y = torch.full((b, hy, 1 if mode == 2 else g, ep), float("nan"))
+    tot_s, tot_z = torch.empty(b, hy, fd), torch.empty(b, hy, f)
+    K.la_scan_kernel[(triton.cdiv(e, 256) * b * hy,)](
+        x, y, init_s, init_z, tot_s, tot_z, g, fd, e, n_grp, mode, 1, 1, 1, ep, y.shape[2] * ep, BE=256, GB=16)
+    init = torch.cat([init_s, init_z], -1)
+    ref = K.scan_reference(x[..., :e], init, mode, n_grp)
+    torch.testing.assert_close(y[..., :e].double(), ref, rtol=1e-5, atol=1e-4)
+    total = K.scan_reference(x[..., :e], init, 2, n_grp)[:, :, 0]
+    torch.testing.assert_close(torch.cat([tot_s, tot_z], -1).double(), total, rtol=1e-5, atol=1e-4)
+
+
+def test_streaming_through_the_kernels():
+    q, k, v = make(1, 2, 1, 90, 16, 16, torch.float16)
+    full, s_full, z_full = drv.forward(q, k, v, causal=True, return_state=True)
+    s = z = None
+    pieces = []
+    for a, e in ((0, 33), (33, 34), (34, 90)):
+        out, s, z = drv.forward(q[:, :, a:e], k[:, :, a:e], v[:, :, a:e], causal=True, s0=s, z0=z, return_state=True)
+        pieces.append(out)
+    assert rel_error(torch.cat(pieces, 2), full) < 2e-3
+    assert rel_error(s, s_full) < 1e-5 and rel_error(z, z_full) < 1e-5

@@ -1,0 +1,266 @@
+"""Linear attention on the GPU: the AOT kernels against float64 references for every phi x causal x
+Cosformer x GQA x dtype on odd shapes, layouts that need no copy and ones that do, streaming and
+decode steps, gradients (states included), long fp16 sequences, torch.compile and opcheck.
+
+Tolerances are the issue's norm-wise relative errors: bf16 1e-2, fp16 5e-3, fp32 1e-4."""
+
+import math
+
+import pytest
+import torch
+from torch.library import opcheck
+
+from helpers import poison_allocator, rel_error
+from neuralops.core.triton_kernels import linear_attn as la
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+TOL = {torch.bfloat16: 1e-2, torch.float16: 5e-3, torch.float32: 1e-4}
+PHIS = ["elu+1", "relu", "identity", "softmax_free"]
+
+
+def make(b, h, hkv, n, d, dv, dtype, layout="contiguous", phi="elu+1", seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def one(heads, width):
+        if layout == "bnhd_view":  # what a projection produces, viewed as [B, H, N, D]: no copy needed
+            return torch.randn(b, n, heads, width, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
+        if layout == "misaligned":  # one element of storage offset: not 16-byte aligned, copied
+            flat = torch.randn(b * heads * n * width + 1, device="cuda", dtype=dtype, generator=g)
+            return flat[1:].view(b, heads, n, width)
+        return torch.randn(b, heads, n, width, device="cuda", dtype=dtype, generator=g)
+
+    q, k, v = one(h, d), one(hkv, d), one(hkv, dv)
+    if phi == "identity":  # a normalizer of identity features must stay away from zero
+        q, k = q.abs(), k.abs()
+    return q, k, v
+
+
+def weights(n, b=None):
+    cos, sin = la.cosformer_weights(n, device="cuda")
+    return (cos, sin) if b is None else (cos.expand(b, n).contiguous(), sin.expand(b, n).contiguous())
+
+
+def reference(q, k, v, phi, causal, cos, sin, scale, s0=None, z0=None, grad_out=None, grad_state=None):
+    """float64 forward (and gradients) through the chunked fallback, which the CPU tests pin to the
+    O(N^2) definition."""
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    state = None
+    if s0 is not None:
+        leaves += [s0.detach().double().requires_grad_(), z0.detach().double().requires_grad_()]
+        state = (leaves[3], leaves[4])
+    c, s = (None, None) if cos is None else (cos.double(), sin.double())
+    out, st = la.linear_attn_pytorch_fallback(*leaves[:3], causal, phi, 1e-6, c, s, scale=scale, initial_state=state,
+                                              return_state=True)
+    if grad_out is None:
+        return out, st, None
+    loss = (out * grad_out.double()).sum()
+    if grad_state is not None:
+        loss = loss + (st.S * grad_state[0].double()).sum() + (st.z * grad_state[1].double()).sum()
+    return out, st, torch.autograd.grad(loss, leaves)
+
+
+def assert_close(name, got, ref, dtype):
+    assert torch.isfinite(got).all(), f"{name}: non-finite values"
+    err = rel_error(got, ref)
+    assert err <= TOL[dtype], f"{name}: norm-wise relative error {err:.3e} > {TOL[dtype]:.0e}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gqa", [False, True])
+@pytest.mark.parametrize("cosformer", [False, True])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("phi", PHIS)
+def test_every_mode_forward_and_backward(phi, causal, cosformer, gqa, dtype):
+    b, h, hkv, n, d, dv = 2, 6, (2 if gqa else 6), 333, 48, 80
+    q, k, v = make(b, h, hkv, n, d, dv, dtype, phi=phi)
+    cos, sin = weights(n, b) if cosformer else (None, None)
+    assert la.is_supported(q, k, v, cos_weight=cos)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    poison_allocator()
+    out = la.fwd(*leaves, causal, phi, 1e-6, cos, sin, scale=0.37)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    ref, _, grads = reference(q, k, v, phi, causal, cos, sin, 0.37, grad_out=grad_out)
+    assert out.shape == (b, h, n, dv) and out.dtype == dtype
+    assert_close("out", out, ref, dtype)
+    for name, leaf, g in zip(("dq", "dk", "dv"), leaves, grads):
+        assert leaf.grad.shape == leaf.shape, name
+        assert_close(name, leaf.grad, g, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("b,h,hkv,n,d,dv,cosformer", [
+    (1, 1, 1, 1, 16, 16, False),      # one row
+    (3, 4, 1, 100, 17, 40, False),    # D not a multiple of 16: padded copy; multi-query
+    (1, 2, 2, 4099, 128, 128, False),  # several segments (the scan)
+    (2, 8, 2, 1000, 64, 96, True),
+    (1, 2, 1, 777, 256, 256, False),  # the largest head dims
+    (1, 2, 2, 513, 128, 24, True),    # the largest Cosformer head dim
+    (2, 4, 2, 64, 80, 72, False),
+])
+def test_odd_shapes(b, h, hkv, n, d, dv, cosformer, dtype):
+    q, k, v = make(b, h, hkv, n, d, dv, dtype)
+    cos, sin = weights(n) if cosformer else (None, None)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    poison_allocator()
+    out = la.fwd(*leaves, True, "elu+1", 1e-6, cos, sin)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    ref, _, grads = reference(q, k, v, "elu+1", True, cos, sin, 1.0, grad_out=grad_out)
+    assert_close("out", out, ref, dtype)
+    for name, leaf, g in zip(("dq", "dk", "dv"), leaves, grads):
+        assert_close(name, leaf.grad, g, dtype)
+
+
+@pytest.mark.parametrize("layout", ["bnhd_view", "misaligned"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_layouts(layout, dtype):
+    q, k, v = make(2, 4, 2, 300, 64, 64, dtype, layout=layout)
+    if layout == "bnhd_view":
+        assert not q.is_contiguous()
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = la.fwd(*leaves, True, "relu", 1e-6)
+    grad_out = torch.randn(out.shape, device="cuda", dtype=dtype).transpose(1, 2).contiguous().transpose(1, 2)
+    out.backward(grad_out)
+    ref, _, grads = reference(q, k, v, "relu", True, None, None, 1.0, grad_out=grad_out)
+    assert out.is_contiguous()
+    assert_close("out", out, ref, dtype)
+    for name, leaf, g in zip(("dq", "dk", "dv"), leaves, grads):
+        assert_close(name, leaf.grad, g, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("cosformer", [False, True])
+def test_states_and_their_gradients(dtype, causal, cosformer):
+    b, h, hkv, n, d, dv = 2, 4, 2, 500, 32, 48
+    q, k, v = make(b, h, hkv, n, d, dv, dtype)
+    cos, sin = weights(n) if cosformer else (None, None)
+    parts = (2,) if cosformer else ()
+    g = torch.Generator(device="cuda").manual_seed(3)
+    s0 = torch.randn(b, hkv, *parts, d, dv, device="cuda", generator=g).requires_grad_()
+    z0 = (torch.rand(b, hkv, *parts, d, device="cuda", generator=g) * 5).requires_grad_()
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out, st = la.fwd(*leaves, causal, "elu+1", 1e-6, cos, sin, initial_state=(s0, z0), return_state=True)
+    assert st.S.dtype == torch.float32 and st.S.shape == s0.shape and st.z.shape == z0.shape
+    grad_out = torch.randn_like(out)
+    grad_state = (torch.randn_like(st.S), torch.randn_like(st.z))
+    (out * grad_out).sum().backward(retain_graph=True)
+    torch.autograd.backward([st.S, st.z], list(grad_state))
+    ref, ref_st, grads = reference(q, k, v, "elu+1", causal, cos, sin, 1.0, s0, z0, grad_out, grad_state)
+    assert_close("out", out, ref, dtype)
+    assert_close("S", st.S, ref_st.S, dtype)
+    assert_close("z", st.z, ref_st.z, dtype)
+    for name, leaf, r in zip(("dq", "dk", "dv", "dS0", "dz0"), (*leaves, s0, z0), grads):
+        assert_close(name, leaf.grad, r, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cosformer", [False, True])
+def test_streaming_and_decode_match_one_call(dtype, cosformer):
+    b, h, hkv, n, d, dv = 2, 8, 2, 2100, 64, 64
+    q, k, v = make(b, h, hkv, n, d, dv, dtype)
+    cos, sin = la.cosformer_weights(n, device="cuda") if cosformer else (None, None)
+    full, full_st = la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin, return_state=True)
+    state, pieces = None, []
+    cuts = [0, 1000, 1001, 1002, 2100]  # a prefill, two decode steps, the rest
+    for a, e in zip(cuts, cuts[1:]):
+        c = s = None
+        if cosformer:
+            c, s = la.cosformer_weights(e - a, n, start=a, device="cuda")
+        out, state = la.fwd(q[:, :, a:e], k[:, :, a:e], v[:, :, a:e], True, "elu+1", 1e-6, c, s,
+                            initial_state=state, return_state=True)
+        pieces.append(out)
+    assert rel_error(torch.cat(pieces, 2), full) <= TOL[dtype], "streamed output differs from one call"
+    assert rel_error(state.S, full_st.S) <= 1e-4 and rel_error(state.z, full_st.z) <= 1e-4, "final states differ"
+
+
+def test_decode_step_many_heads():
+    b, h, hkv, d, dv = 64, 32, 8, 128, 128
+    q, k, v = make(b, h, hkv, 1, d, dv, torch.bfloat16)
+    g = torch.Generator(device="cuda").manual_seed(4)
+    s0 = torch.randn(b, hkv, d, dv, device="cuda", generator=g)
+    z0 = torch.rand(b, hkv, d, device="cuda", generator=g) * 100
+    out, st = la.fwd(q, k, v, True, "elu+1", initial_state=(s0, z0), return_state=True)
+    ref, ref_st, _ = reference(q, k, v, "elu+1", True, None, None, 1.0, s0, z0)
+    assert_close("out", out, ref, torch.bfloat16)
+    assert_close("S", st.S, ref_st.S, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_long_sequence_stays_finite_and_accurate(dtype):
+    q, k, v = make(1, 2, 2, 65536, 64, 64, dtype)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = la.fwd(*leaves, True, "elu+1")
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    ref, _, grads = reference(q, k, v, "elu+1", True, None, None, 1.0, grad_out=grad_out)
+    assert_close("out", out, ref, dtype)
+    for name, leaf, g in zip(("dq", "dk", "dv"), leaves, grads):
+        assert_close(name, leaf.grad, g, dtype)
+
+
+def test_outside_the_kernels_limits_uses_the_fallback():
+    q, k, v = make(1, 2, 2, 10, 272, 16, torch.bfloat16)
+    assert not la.is_supported(q, k, v)
+    out = la.fwd(q, k, v, is_causal=True)
+    assert_close("out", out, reference(q, k, v, "elu+1", True, None, None, 1.0)[0], torch.bfloat16)
+    q, k, v = make(1, 2, 2, 10, 160, 16, torch.bfloat16)
+    cos, sin = weights(10)
+    assert la.is_supported(q, k, v) and not la.is_supported(q, k, v, cos_weight=cos)
+    with pytest.raises(ValueError, match=r"D up to 128 under Cosformer"):
+        torch.ops.neuralops.linear_attn_fwd(q, k, v, cos, sin, None, None, "elu+1", True, 1e-6, 1.0, False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_opcheck_cuda(dtype):
+    q, k, v = make(2, 4, 2, 70, 32, 16, dtype)
+    cos, sin = weights(70)
+    s0 = torch.rand(2, 2, 2, 32, 16, device="cuda")
+    z0 = torch.rand(2, 2, 2, 32, device="cuda")
+    opcheck(torch.ops.neuralops.linear_attn_fwd.default,
+            (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), cos, sin, s0.requires_grad_(),
+             z0.requires_grad_(), "elu+1", True, 1e-6, 0.5, True))
+    dout = torch.randn(2, 4, 70, 16, device="cuda", dtype=dtype)
+    opcheck(torch.ops.neuralops.linear_attn_bwd.default,
+            (dout, q.detach(), k.detach(), v.detach(), cos, sin, s0.detach(), z0.detach(), None, None, "elu+1", False,
+             1e-6, 0.5, True))
+
+
+def test_torch_compile_without_graph_breaks():
+    torch._dynamo.reset()
+
+    def layer(q, k, v):
+        return la.fwd(q, k, v, True, "elu+1", scale=0.5).float().square().mean()
+
+    q, k, v = (t.requires_grad_() for t in make(2, 8, 2, 256, 64, 64, torch.bfloat16))
+    compiled = torch.compile(layer, fullgraph=True)
+    loss = compiled(q, k, v)
+    loss.backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    ref = layer(q, k, v)
+    ref.backward()
+    torch.testing.assert_close(loss, ref)
+    for g, t in zip(grads, (q, k, v)):
+        torch.testing.assert_close(g, t.grad)
+
+
+def test_segments_do_not_change_results():
+    """One batch x head (many segments: the scan) against the same rows inside a large batch (one
+    segment per program): the decomposition must not change the result beyond rounding."""
+    q, k, v = make(1, 1, 1, 8192, 64, 64, torch.float32)
+    alone = la.fwd(q, k, v, True)
+    many = la.fwd(q.expand(64, 8, -1, -1).contiguous(), k.expand(64, 1, -1, -1).contiguous(),
+                  v.expand(64, 1, -1, -1).contiguous(), True)
+    assert rel_error(many[7:8, 5:6], alone) < 1e-5
+
+
+def test_state_dtype_is_checked():
+    q, k, v = make(1, 2, 2, 8, 16, 16, torch.bfloat16)
+    s0, z0 = torch.zeros(1, 2, 16, 16, device="cuda", dtype=torch.bfloat16), torch.zeros(1, 2, 16, device="cuda")
+    with pytest.raises(TypeError, match="initial_S must be Float"):
+        torch.ops.neuralops.linear_attn_fwd(q, k, v, None, None, s0, z0, "elu+1", True, 1e-6, 1.0, False)
+    out = la.fwd(q, k, v, True, initial_state=(s0, z0))  # the API converts
+    assert out.shape == (1, 2, 8, 16) and math.isfinite(out.float().sum().item())

@@ -1,0 +1,240 @@
+"""Runs the linear attention Triton kernels from Python the way csrc/ops/linear_attn.cpp does: the
+same block and segment choices, buffers, launch order and arguments. The interpreter tests use it
+on CPU tensors; on a GPU it runs the kernels through Triton's JIT (for experiments, not the op)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from triton_src.linear_attn import kernels as K
+from triton_src.linear_attn.spec import BLOCKS, SCAN_CONSTEXPRS, TILES, VALUE_TILES
+
+
+def pad16(x: int) -> int:
+    return (x + 15) // 16 * 16
+
+
+def block_for(bits: int, width: int) -> int:
+    """The smallest block built for `bits`-bit tensors that holds `width` columns."""
+    for b in BLOCKS[bits]:
+        if b >= width:
+            return b
+    raise ValueError(f"no block holds {width} columns of {bits}-bit tensors")
+
+
+def kernel_view(t: torch.Tensor) -> torch.Tensor:
+    """What the kernels get: 16-bit tensors as their int16 bits (one variant for fp16 and bf16)."""
+    return t.view(torch.int16) if t.element_size() == 2 else t
+
+
+def segments(n: int, c: int, programs_per_segment: int, target_programs: int, seg_len: int | None = None):
+    """(G, L): segments of L tokens (a multiple of C) so that G * programs_per_segment reaches about
+    target_programs. seg_len forces L (tests)."""
+    nc = triton.cdiv(n, c)
+    if seg_len is not None:
+        per = max(1, seg_len // c)
+    else:
+        g = min(nc, max(1, triton.cdiv(target_programs, programs_per_segment)))
+        per = triton.cdiv(nc, g)
+    return triton.cdiv(nc, per), per * c
+
+
+def _padded(x: torch.Tensor, width: int, fill: float) -> torch.Tensor:
+    """x with its last dimension padded to `width` (a copy with 16-divisible strides), or x."""
+    if x.shape[-1] == width and x.stride(-1) == 1 and all(s % 16 == 0 for s in x.stride()[:-1]):
+        return x
+    out = torch.full((*x.shape[:-1], width), fill, dtype=x.dtype, device=x.device)
+    out[..., : x.shape[-1]] = x
+    return out
+
+
+def _st(t: torch.Tensor) -> list[int]:
+    return [t.stride(i) if t.size(i) > 1 else 0 for i in range(3)]
+
+
+class _Setup:
+    def __init__(self, q, k, v, phi, causal, cos, sin, target_programs, seg_len):
+        self.b, self.h, self.n, self.d = q.shape
+        self.hkv, self.dv = k.shape[1], v.shape[-1]
+        self.n_rep = self.h // self.hkv
+        self.n_parts = 2 if cos is not None else 1
+        self.phi_kind = K.PHI_KINDS["identity" if phi == "softmax_free" else phi]
+        self.normalize = int(phi != "softmax_free")
+        self.causal = int(causal)
+        self.bits = 8 * q.element_size()
+        self.f16 = int(q.dtype == torch.float16)
+        self.dp, self.dvp = pad16(self.d), pad16(self.dv)
+        # Padding columns must have zero features: phi(0) = 0 except for elu+1, where exp(-inf) = 0.
+        fill = float("-inf") if self.phi_kind == 1 else 0.0
+        self.q, self.k = _padded(q, self.dp, fill), _padded(k, self.dp, fill)
+        self.v = _padded(v, self.dvp, 0.0)
+        self.kq, self.kk, self.kv = kernel_view(self.q), kernel_view(self.k), kernel_view(self.v)
+        self.bk = block_for(self.bits, self.n_parts * self.dp)
+        self.c, self.bt, self.warps, self.stages, self.prec = TILES[self.bits, self.bk]
+        self.launch = dict(num_warps=self.warps, num_stages=self.stages)
+        self.nt = triton.cdiv(self.dvp, self.bt)
+        self.g, self.l = segments(self.n, self.c, self.nt * self.h * self.b, target_programs, seg_len)
+        self.f = self.n_parts * self.d
+        self.fd = self.f * self.dv
+        self.e = self.fd + self.f
+        self.ep = pad16(self.e)
+        dev = q.device
+        self.dummy = torch.zeros(1, dtype=torch.float32, device=dev)
+        if cos is not None:
+            self.wc, self.ws = cos.float().contiguous(), sin.float().contiguous()
+            self.sw_b = self.n if cos.dim() == 2 else 0
+        else:
+            self.wc = self.ws = self.dummy
+            self.sw_b = 0
+
+    def dims(self):
+        return (self.dp, self.dvp, self.d, self.dv)
+
+    def forward_states(self, s0, z0, total_s=None, total_z=None):
+        """Segment-initial forward states (K1 + scan) -> (s, z, ss_bh, ss_g, sz_bh, sz_g, has_s),
+        or the initial state itself when one causal segment needs no scan."""
+        if self.causal and self.g == 1:
+            if s0 is None:
+                return self.dummy, self.dummy, 0, 0, 0, 0, 0
+            return s0, z0, self.fd, 0, self.f, 0, 1
+        x = torch.empty(self.b, self.hkv, self.g, self.ep, dtype=torch.float32, device=self.q.device)
+        K.la_state_kernel[(self.nt * self.g * self.b * self.hkv,)](
+            self.kk, self.kv, self.wc, self.ws, x,
+            self.hkv, self.n, *self.dims(), self.g, self.l, self.phi_kind, self.f16, self.n_parts,
+            *_st(self.k), *_st(self.v), self.sw_b, self.ep,
+            C=self.c, BK=self.bk, BT=self.bt, PREC=self.prec, **self.launch)
+        self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
+        xz = x.view(-1)[self.fd:]
+        seg = self.ep if self.causal else 0
+        return x, xz, self.g * self.ep, seg, self.g * self.ep, seg, 1
+
+    def scan(self, x, y, n_grp, mode, init_s, init_z, tot_s, tot_z, bh):
+        grid = (triton.cdiv(self.e, SCAN_CONSTEXPRS["BE"]) * bh,)
+        sy_bh = y.shape[2] * self.ep
+        K.la_scan_kernel[grid](
+            x, y, init_s if init_s is not None else self.dummy, init_z if init_z is not None else self.dummy,
+            tot_s if tot_s is not None else self.dummy, tot_z if tot_z is not None else self.dummy,
+            self.g, self.fd, self.e, n_grp, mode, int(init_s is not None), int(tot_s is not None), 1,
+            self.ep, sy_bh, **SCAN_CONSTEXPRS, num_warps=4, num_stages=2)
+
+
+def _unpad(t: torch.Tensor, width: int) -> torch.Tensor:
+    return t if t.shape[-1] == width else t[..., :width].contiguous()
+
+
+def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
+            return_state=False, target_programs=528, seg_len=None):
+    """(out, S_final or None, z_final or None); states fp32 [B, Hkv, F, Dv] and [B, Hkv, F]."""
+    st = _Setup(q, k, v, phi, causal, cos, sin, target_programs, seg_len)
+    dev = q.device
+    sf = zf = None
+    if return_state:
+        sf = torch.empty(st.b, st.hkv, st.f, st.dv, dtype=torch.float32, device=dev)
+        zf = torch.empty(st.b, st.hkv, st.f, dtype=torch.float32, device=dev)
+    single = st.causal and st.g == 1
+    s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = st.forward_states(s0, z0, None if single else sf, None if single else zf)
+    out = torch.empty(st.b, st.h, st.n, st.dvp, dtype=q.dtype, device=dev)
+    K.la_fwd_kernel[(st.nt * st.n_rep * st.g * st.b * st.hkv,)](
+        st.kq, st.kk, st.kv, kernel_view(out), st.wc, st.ws, s, z,
+        sf if sf is not None else st.dummy, zf if zf is not None else st.dummy, st.dummy, st.dummy,
+        st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
+        st.phi_kind, st.f16, st.normalize, st.causal, st.n_parts, has_s, int(return_state and single), 0,
+        scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(out),
+        st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
+        C=st.c, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
+    return _unpad(out, st.dv), sf, zf
+
+
+def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
+             ds_fin=None, dz_fin=None, state_grad=False, target_programs=528, seg_len=None):
+    """(dq, dk, dv, dS0 or None, dz0 or None)."""
+    st = _Setup(q, k, v, phi, causal, cos, sin, target_programs, seg_len)
+    dev = q.device
+    do = _padded(dout, st.dvp, 0.0)
+    s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = st.forward_states(s0, z0)
+    nt_stats = st.nt if st.normalize else 0
+    den, dl = st.dummy, st.dummy
+    if st.normalize:
+        den = torch.empty(st.b, st.h, st.n, dtype=torch.float32, device=dev)
+        dl = torch.empty(st.b, st.h, st.nt, st.n, dtype=torch.float32, device=dev)
+        K.la_fwd_kernel[(st.nt * st.n_rep * st.g * st.b * st.hkv,)](
+            st.kq, st.kk, st.kv, kernel_view(do), st.wc, st.ws, s, z, st.dummy, st.dummy, den, dl,
+            st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
+            st.phi_kind, st.f16, st.normalize, st.causal, st.n_parts, has_s, 0, 1,
+            scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do),
+            st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
+            C=st.c, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
+    bkv = block_for(st.bits, st.dvp)
+    c2, bf, w2, s2, _ = VALUE_TILES[st.bits, bkv]
+    launch2 = dict(num_warps=w2, num_stages=s2)
+    nf = triton.cdiv(st.dp, bf // st.n_parts)
+    need_rseg = st.g > 1 or not st.causal or state_grad
+    rs = torch.empty(st.b, st.h, st.g, st.ep, dtype=torch.float32, device=dev) if need_rseg else st.dummy
+    dq = torch.empty(st.b, st.h, st.n, st.dp, dtype=q.dtype, device=dev)
+    K.la_bwd_dq_kernel[(nf * st.n_rep * st.g * st.b * st.hkv,)](
+        st.kq, st.kk, st.kv, kernel_view(do), kernel_view(dq), st.wc, st.ws, s, z, den, dl, rs,
+        st.h, st.hkv, st.n, *st.dims(), st.g, st.l, nt_stats,
+        st.phi_kind, st.f16, st.normalize, st.causal, st.n_parts, has_s, int(need_rseg),
+        scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dq),
+        st.sw_b, ss_bh, ss_g, sz_bh, sz_g, st.ep,
+        C=c2, BF=bf, BKV=bkv, PREC=st.prec, **launch2)
+    ds0 = dz0 = None
+    if state_grad:
+        ds0 = torch.empty(st.b, st.hkv, st.f, st.dv, dtype=torch.float32, device=dev)
+        dz0 = torch.empty(st.b, st.hkv, st.f, dtype=torch.float32, device=dev)
+    if need_rseg:
+        if st.n_rep == 1:
+            ry = rs
+        else:
+            ry = torch.empty(st.b, st.hkv, st.g if st.causal else 1, st.ep, dtype=torch.float32, device=dev)
+        st.scan(rs, ry, st.n_rep, 1 if st.causal else 2, ds_fin, dz_fin, ds0, dz0, st.b * st.hkv)
+        r, rz = ry, ry.view(-1)[st.fd:]
+        sr_bh = ry.shape[2] * st.ep
+        sr_g = st.ep if st.causal else 0
+        srz_bh, srz_g, has_r = sr_bh, sr_g, 1
+    elif ds_fin is not None:
+        r, rz, sr_bh, sr_g, srz_bh, srz_g, has_r = ds_fin, dz_fin, st.fd, 0, st.f, 0, 1
+    else:
+        r, rz, sr_bh, sr_g, srz_bh, srz_g, has_r = st.dummy, st.dummy, 0, 0, 0, 0, 0
+    dk = torch.empty(st.b, st.hkv, st.n, st.dp, dtype=q.dtype, device=dev)
+    dv = torch.empty(st.b, st.hkv, st.n, st.dvp, dtype=q.dtype, device=dev)
+    K.la_bwd_dv_kernel[(st.nt * st.g * st.b * st.hkv,)](
+        st.kq, st.kk, kernel_view(do), kernel_view(dv), st.wc, st.ws, r, den,
+        st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
+        st.phi_kind, st.f16, st.normalize, st.causal, st.n_parts, has_r,
+        scale, *_st(st.q), *_st(st.k), *_st(do), *_st(dv),
+        st.sw_b, sr_bh, sr_g,
+        C=st.c, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
+    K.la_bwd_dk_kernel[(nf * st.g * st.b * st.hkv,)](
+        st.kq, st.kk, st.kv, kernel_view(do), kernel_view(dk), st.wc, st.ws, r, rz, den, dl,
+        st.h, st.hkv, st.n, *st.dims(), st.g, st.l, nt_stats,
+        st.phi_kind, st.f16, st.normalize, st.causal, st.n_parts, has_r,
+        scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dk),
+        st.sw_b, sr_bh, sr_g, srz_bh, srz_g,
+        C=c2, BF=bf, BKV=bkv, PREC=st.prec, **launch2)
+    return _unpad(dq, st.d), _unpad(dk, st.d), _unpad(dv, st.dv), ds0, dz0
+
+
+def patch_interpreter_bf16_dot() -> None:
+    """Triton's interpreter stores bf16 as uint16 bits and multiplies those bits in tl.dot (seen in
+    Triton 3.8): make it widen bf16 operands to fp32 first, as the GPU's bf16 dot does."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder, "_neuralops_bf16_dot", False):
+        return
+    original = builder.create_dot
+
+    def widen(h):
+        if h.dtype.scalar == tl.bfloat16:
+            return interpreter.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+        return h
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    builder.create_dot = create_dot
+    builder._neuralops_bf16_dot = True

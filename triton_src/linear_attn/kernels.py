@@ -1,0 +1,584 @@
+"""Linear attention as Triton kernels: causal (chunked) and bidirectional, forward and backward.
+
+Notation, per batch b and query head h (kv head hk = h // (H // Hkv)), rows i (queries), j (keys):
+    phi          the feature map: identity (phi_kind 0), elu+1 (1) or relu (2), applied in registers
+    w_p(i)       position weights: one part (w_0 = 1) or, under Cosformer, two (w_0 = cos_i, w_1 = sin_i)
+    qf_i         scale * [w_p(i) phi(q_i)]_p   the F = parts * D query features
+    kf_j         [w_p(j) phi(k_j)]_p
+    s_ij         qf_i . kf_j = scale * phi(q_i).phi(k_j) * sum_p w_p(i) w_p(j)
+    S_i, z_i     S0 + sum_j kf_j^T v_j  [F, Dv]   and   z0 + sum_j kf_j  [F], over j <= i (causal)
+                 or over all j (bidirectional)
+    out_i        num_i / den_i with num_i = qf_i S_i, den_i = qf_i . z_i + eps   (normalized), or num_i
+
+Shapes and layouts
+    q [B, H, N, D], k [B, Hkv, N, D], v [B, Hkv, N, Dv], out and grad_out [B, H, N, Dv]: any batch,
+        head and row strides, unit stride along the last dimension. Pointers, strides, D and Dv carry
+        16-divisibility hints (spec.py), which give 16-byte loads and stores: the C++ op guarantees
+        them, copying an input that breaks them into a padded buffer (padding that has zero features).
+    weights (cos, sin): fp32, row b at ``w + b * sw_b`` (sw_b = 0 for one vector for all batches).
+    states: fp32, per (b, hk): S [F, DVS] row-major, then z [F]; feature row f = p * DS + d, where
+        DS, DVS are the true D, Dv (the kernels' D, Dv may be padded). The user-facing state has
+        this layout: S [B, Hkv, (2,) D, Dv], z [B, Hkv, (2,) D].
+    segment buffers: [B, Hx, G, EP] fp32, one state per segment (S then z, EP >= F * DVS + F).
+
+Register layout of a tile of W features starting at feature d0: with one part, column c is feature
+d0 + c; under Cosformer, column c < W/2 is (0, d0 + c) and column c >= W/2 is (1, d0 + c - W/2).
+Both halves come from one row of the input (two contiguous masked loads, the second an L1 hit), so
+the doubled features exist only in registers.
+
+Run-time switches (phi, normalization, causal, Cosformer, states, stats) are uniform arithmetic, load
+masks or branches around dots, never branches around loads: the loads stay at the top of the loop,
+where Triton software-pipelines them, and a switched-off input is a fully masked load that moves no
+bytes (bidirectional mode masks the intra-chunk keys and values and skips their dots).
+
+Algorithm. The sequence is cut into G segments of L tokens (a multiple of the chunk C). Programs own
+one segment and walk its chunks in order with the running state in registers (no N x N matrix, no
+per-chunk state in memory). For a chunk with the state S, z before it:
+    out  = (A v + qf S) / (rowsum(A) + qf . z + eps)      A = tril(qf kf^T)        (intra + inter)
+    S   += kf^T v,  z += colsum(kf)
+Segments run in parallel: ``la_state_kernel`` sums each segment's kf^T v, ``la_scan_kernel`` turns
+those sums into the state before each segment (or the total, for bidirectional mode), and
+``la_fwd_kernel`` computes the outputs. When B * H alone fills the GPU, G = 1 and the causal
+forward is a single launch (a decode step with a state included).
+
+Backward, with g_i = dout_i / den_i and r_i = -(dout_i . out_i) / den_i (g = dout, r = 0 unnormalized):
+    ds_ij = g_i . v_j + r_i
+    dqf_i = sum_{j<=i} ds_ij kf_j = tril(ds) kf + g_i S^T + r_i z        (forward order, S as above)
+    dkf_j = sum_{i>=j} ds_ij qf_i = triu(ds)^T qf + v_j R^T + rho        (reverse order)
+    dv_j  = sum_{i>=j} s_ij g_i   = triu(A)^T g + kf_j R                  (reverse order)
+    R = dS_final + sum_{i later} qf_i^T g_i,  rho = dz_final + sum_{i later} qf_i r_i
+and dS0 = R, dz0 = rho over the whole sequence. ``la_fwd_kernel`` in stats mode gives den_i and
+dout_i . out_i, ``la_bwd_dq_kernel`` dq and each segment's sum of qf^T g (for the reverse scan),
+``la_bwd_dv_kernel`` and ``la_bwd_dk_kernel`` dv and dk, summing over the query heads of each kv
+head (GQA: K and V are never expanded). Each pass tiles its output: Dv-tiled passes hold all F
+features (the contraction of s_ij), dq and dk tiles of features hold all of Dv.
+
+Precision. 16-bit tensors (fp16 and bf16 share one variant: the kernels read their bits as int16
+and convert by a run-time flag) go through tf32 dots on fp32 operands. With bf16 operands for the
+computed features, A, states and g, the interpreter measured 1.0e-2 to 1.4e-2 norm-wise error
+against float64 (the bound is 1e-2); with tf32, 3e-3, the output's own rounding. fp16 operands
+would overflow: z and S grow with N. fp32 tensors use tf32x3 (fp32 accuracy). Accumulation is
+always fp32.
+
+The naive references the kernels are tested against are the ``*_reference`` functions below.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+PHI_KINDS = {"identity": 0, "elu+1": 1, "relu": 2}
+
+
+# ---- naive references (float64; the plain O(N^2) form for attention) -----------------------------
+
+
+def features_reference(x: torch.Tensor, phi_kind: int, weights: "tuple | None", mult: float = 1.0) -> torch.Tensor:
+    """[B, H, N, D] -> [B, H, N, F] features, parts concatenated (p * D + d), float64."""
+    x = x.double()
+    f = {0: x, 1: torch.where(x > 0, x + 1, torch.exp(x)), 2: x.clamp_min(0)}[phi_kind] * mult
+    if weights is None:
+        return f
+    c, s = (w.double()[:, None, :, None] if w.dim() == 2 else w.double()[:, None] for w in weights)
+    return torch.cat([f * c, f * s], dim=-1)
+
+
+def _expand_kv(x: torch.Tensor, h: int) -> torch.Tensor:
+    return x.repeat_interleave(h // x.shape[1], dim=1)
+
+
+def state_reference(k, v, phi_kind, weights, seg_len):
+    """Per segment of seg_len rows: (sum kf^T v [B, Hkv, G, F, Dv], sum kf [B, Hkv, G, F])."""
+    kf, v = features_reference(k, phi_kind, weights), v.double()
+    n = k.shape[2]
+    s = [torch.einsum("bhnf,bhne->bhfe", kf[:, :, a:a + seg_len], v[:, :, a:a + seg_len]) for a in range(0, n, seg_len)]
+    z = [kf[:, :, a:a + seg_len].sum(2) for a in range(0, n, seg_len)]
+    return torch.stack(s, 2), torch.stack(z, 2)
+
+
+def scan_reference(x: torch.Tensor, init: "torch.Tensor | None", mode: int, n_grp: int) -> torch.Tensor:
+    """x [B, HX, G, E] -> y [B, HX // n_grp, G, E]: init plus the sum over earlier (mode 0) or later
+    (mode 1) segments of the group's heads, or [B, HY, 1, E] with the total (mode 2)."""
+    b, hx, g, e = x.shape
+    xs = x.double().reshape(b, hx // n_grp, n_grp, g, e).sum(2)
+    base = 0 if init is None else init.double().reshape(b, hx // n_grp, 1, e)
+    if mode == 2:
+        return base + xs.sum(2, keepdim=True)
+    incl = xs.cumsum(2) if mode == 0 else xs.flip(2).cumsum(2).flip(2)
+    return base + incl - xs
+
+
+def attention_reference(q, k, v, phi_kind, normalize, causal, weights, scale, eps, s0=None, z0=None):
+    """The plain O(N^2) form, float64: (out, S_final, z_final); s0 [B, Hkv, F, Dv], z0 [B, Hkv, F]."""
+    h = q.shape[1]
+    qf = features_reference(q, phi_kind, weights, scale)
+    kf_kv = features_reference(k, phi_kind, weights)
+    kf, vv = _expand_kv(kf_kv, h), _expand_kv(v.double(), h)
+    s = qf @ kf.transpose(-1, -2)
+    if causal:
+        s = s.tril()
+    num, den = s @ vv, s.sum(-1)
+    s_fin = torch.einsum("bhnf,bhne->bhfe", kf_kv, v.double())
+    z_fin = kf_kv.sum(2)
+    if s0 is not None:
+        num = num + qf @ _expand_kv(s0.double(), h)
+        den = den + (qf * _expand_kv(z0.double(), h)[:, :, None]).sum(-1)
+        s_fin, z_fin = s_fin + s0.double(), z_fin + z0.double()
+    out = num / (den + eps)[..., None] if normalize else num
+    return out, s_fin, z_fin
+
+
+# ---- shared pieces -------------------------------------------------------------------------------
+
+
+@triton.jit
+def _mm(a, b, PREC: tl.constexpr):
+    """a @ b on fp32 operands with fp32 accumulation: PREC 2 tf32, 3 tf32x3 (fp32 accuracy)."""
+    if PREC == 2:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
+    else:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
+    return out
+
+
+@triton.jit
+def _load_in(ptrs, mask, f16):
+    """An input tile as fp32. 16-bit tensors arrive as int16 bits (one variant for fp16 and bf16);
+    f16 says which format they hold."""
+    if ptrs.dtype.element_ty == tl.int16:
+        bits = tl.load(ptrs, mask=mask, other=0)
+        x = tl.where(f16 != 0, bits.to(tl.float16, bitcast=True).to(tl.float32),
+                     bits.to(tl.bfloat16, bitcast=True).to(tl.float32))
+    else:
+        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _store_out(ptrs, x, mask, f16):
+    """Stores an fp32 tile in the tensor's format (rounded to nearest)."""
+    if ptrs.dtype.element_ty == tl.int16:
+        bits = tl.where(f16 != 0, x.to(tl.float16).to(tl.int16, bitcast=True),
+                        x.to(tl.bfloat16).to(tl.int16, bitcast=True))
+        tl.store(ptrs, bits, mask=mask)
+    else:
+        tl.store(ptrs, x.to(ptrs.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _phi(x, phi_kind):
+    """identity (0), elu+1 (1), relu (2), without branches: x > 0 -> x (+1 for elu+1), else x, exp(x), 0."""
+    low = tl.where(phi_kind == 0, x, tl.where(phi_kind == 1, tl.exp(tl.minimum(x, 0.0)), 0.0))
+    return tl.where(x > 0, x + (phi_kind == 1).to(tl.float32), low)
+
+
+@triton.jit
+def _dphi(x, phi_kind):
+    low = tl.where(phi_kind == 0, 1.0, tl.where(phi_kind == 1, tl.exp(tl.minimum(x, 0.0)), 0.0))
+    return tl.where(x > 0, 1.0, low)
+
+
+@triton.jit
+def _half_width(W: tl.constexpr, n_parts):
+    """Columns per part of a W-wide feature tile, written so Triton sees it divisible by W / 2."""
+    return (W // 2) * (3 - n_parts)
+
+
+@triton.jit
+def _position_weights(wc_ptr, ws_ptr, rows, N, n_parts):
+    """(cos, sin) weights of the rows; (1, 1) without Cosformer (a masked load: no bytes)."""
+    m = (rows < N) & (n_parts == 2)
+    return tl.load(wc_ptr + rows, mask=m, other=1.0), tl.load(ws_ptr + rows, mask=m, other=1.0)
+
+
+@triton.jit
+def _features(ptr, rows, N, sn, d0, D, wc, ws, n_parts, phi_kind, f16, mult, on, W: tl.constexpr):
+    """The [C, W] fp32 feature tile of `rows` starting at feature d0 (layout in the module doc),
+    zero outside the tensor; `on` = 0 gives zeros without reading."""
+    hw = _half_width(W, n_parts)
+    c = tl.arange(0, W)
+    r_ok = (rows < N) & (on != 0)
+    row_ptr = ptr + rows[:, None].to(tl.int64) * sn
+    d = d0 + c - (c >= hw).to(tl.int32) * hw
+    m = r_ok[:, None] & (d < D)[None, :]
+    x = _load_in(row_ptr + d[None, :], m, f16)
+    f = tl.where(m, _phi(x, phi_kind), 0.0)
+    return f * (tl.where(c < hw, wc[:, None], ws[:, None]) * mult)
+
+
+@triton.jit
+def _store_feature_grad(gf, ptr, out_ptr, rows, N, sn, so_n, d0, D, wc, ws, n_parts, phi_kind, f16, mult,
+                        W: tl.constexpr):
+    """Chain rule from the gradient of a feature tile (layout of _features) to its input rows: one
+    part stores the W columns, Cosformer sums the two halves into W / 2 columns."""
+    C: tl.constexpr = rows.shape[0]
+    hw = _half_width(W, n_parts)
+    c = tl.arange(0, W)
+    r_ok = rows < N
+    weighted = gf * tl.where(c < hw, wc[:, None], ws[:, None]) * mult
+    in_rows = ptr + rows[:, None].to(tl.int64) * sn
+    out_rows = out_ptr + rows[:, None].to(tl.int64) * so_n
+    d1 = d0 + c
+    m1 = r_ok[:, None] & ((n_parts == 1) & (d1 < D))[None, :]
+    x1 = _load_in(in_rows + d1[None, :], m1, f16)
+    _store_out(out_rows + d1[None, :], weighted * _dphi(x1, phi_kind), m1, f16)
+    halves = tl.sum(tl.reshape(weighted, (C, 2, W // 2)), 1)
+    d2 = d0 + tl.arange(0, W // 2)
+    m2 = r_ok[:, None] & ((n_parts == 2) & (d2 < D))[None, :]
+    x2 = _load_in(in_rows + d2[None, :], m2, f16)
+    _store_out(out_rows + d2[None, :], halves * _dphi(x2, phi_kind), m2, f16)
+
+
+@triton.jit
+def _state_rows(W: tl.constexpr, d0, DS, n_parts):
+    """For each column of a feature tile: its row in the state layout and whether it exists."""
+    hw = _half_width(W, n_parts)
+    c = tl.arange(0, W)
+    p = (c >= hw).to(tl.int32)
+    d = d0 + c - p * hw
+    return p * DS + d, d < DS
+
+
+@triton.jit
+def _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, NT, normalize):
+    """(1 / den_i, r_i = -(dout_i . out_i) / den_i) from the stats pass; (1, 0) unnormalized."""
+    m = (rows < N) & (normalize != 0)
+    inv = 1.0 / tl.load(den_ptr + bh * N + rows, mask=m, other=1.0)
+    dot = tl.zeros(rows.shape, dtype=tl.float32)
+    for tt in range(NT):
+        dot += tl.load(dl_ptr + (bh * NT + tt) * N + rows, mask=m, other=0.0)
+    return inv, -dot * inv
+
+
+# ---- forward: segment sums, scan, outputs --------------------------------------------------------
+
+
+@triton.jit
+def la_state_kernel(
+    k_ptr, v_ptr, wc_ptr, ws_ptr, x_ptr,
+    HKV, N, D, DV, DS, DVS, G, L, phi_kind, f16, n_parts,
+    sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sw_b, EP,
+    C: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+):
+    """x[b, hk, g] = (sum kf^T v, sum kf) over segment g. Grid: Dv tiles x G x B*Hkv (fastest first)."""
+    pid = tl.program_id(0)
+    nt = tl.cdiv(DV, BT)
+    t = pid % nt
+    g = (pid // nt) % G
+    bk = (pid // nt) // G
+    b = (bk // HKV).to(tl.int64)
+    hk = bk % HKV
+    kb = k_ptr + b * sk_b + hk * sk_h
+    vb = v_ptr + b * sv_b + hk * sv_h
+    vc = t * BT + tl.arange(0, BT)
+    v_ok = vc < DV
+    s = tl.zeros((BK, BT), dtype=tl.float32)
+    z = tl.zeros((BK,), dtype=tl.float32)
+    for c0 in range(g * L, tl.minimum(g * L + L, N), C):
+        rows = c0 + tl.arange(0, C)
+        wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
+        kf = _features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, f16, 1.0, 1, BK)
+        vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :], (rows < N)[:, None] & v_ok[None, :], f16)
+        s += _mm(tl.trans(kf), vt, PREC)
+        z += tl.sum(kf, 0)
+    frow, f_ok = _state_rows(BK, 0, DS, n_parts)
+    base = x_ptr + (bk.to(tl.int64) * G + g) * EP
+    tl.store(base + frow[:, None] * DVS + vc[None, :], s, mask=f_ok[:, None] & (vc < DVS)[None, :])
+    tl.store(base + n_parts * DS * DVS + frow, z, mask=f_ok & (t == 0))
+
+
+@triton.jit
+def la_scan_kernel(
+    x_ptr, y_ptr, init_s_ptr, init_z_ptr, tot_s_ptr, tot_z_ptr,
+    G, FD, E, n_grp, mode, has_init, has_total, write_y,
+    EP, sy_bh,
+    BE: tl.constexpr, GB: tl.constexpr,
+):
+    """Scan over the segments of x [B, HY * n_grp, G, EP], summing each group of n_grp heads:
+    y[b, hy, g] = init + sum over g' < g (mode 0), g' > g (mode 1), or, in slot 0, all g' (mode 2).
+    init is a state (S [B, HY, FD], z [B, HY, E - FD]); the total, init included, can be written to
+    another. Grid: cdiv(E, BE) x B*HY (fastest first); E = FD + F elements per state."""
+    pid = tl.program_id(0)
+    ne = tl.cdiv(E, BE)
+    bh = (pid // ne).to(tl.int64)
+    e = (pid % ne) * BE + tl.arange(0, BE)
+    e_ok = e < E
+    s_ok = e_ok & (e < FD)
+    z_ok = e_ok & (e >= FD)
+    nz = E - FD
+    init_ok = has_init != 0
+    carry = (tl.load(init_s_ptr + bh * FD + e, mask=s_ok & init_ok, other=0.0)
+             + tl.load(init_z_ptr + bh * nz + (e - FD), mask=z_ok & init_ok, other=0.0))
+    gi = tl.arange(0, GB)
+    n_blk = tl.cdiv(G, GB)
+    for i in range(n_blk):
+        blk = tl.where(mode == 1, n_blk - 1 - i, i)
+        gs = blk * GB + gi
+        m = (gs < G)[:, None] & e_ok[None, :]
+        xs = tl.zeros((GB, BE), dtype=tl.float32)
+        for r in range(n_grp):
+            xs += tl.load(x_ptr + ((bh * n_grp + r) * G + gs[:, None]) * EP + e[None, :], mask=m, other=0.0)
+        tot = tl.sum(xs, 0)
+        incl = tl.cumsum(xs, 0)
+        ys = carry[None, :] + tl.where(mode == 0, incl - xs, tot[None, :] - incl)
+        tl.store(y_ptr + bh * sy_bh + gs[:, None] * EP + e[None, :], ys, mask=m & (mode != 2))
+        carry += tot
+    tl.store(y_ptr + bh * sy_bh + e, carry, mask=e_ok & (mode == 2) & (write_y != 0))
+    tl.store(tot_s_ptr + bh * FD + e, carry, mask=s_ok & (has_total != 0))
+    tl.store(tot_z_ptr + bh * nz + (e - FD), carry, mask=z_ok & (has_total != 0))
+
+
+@triton.jit
+def la_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, wc_ptr, ws_ptr,
+    s_ptr, z_ptr, sf_ptr, zf_ptr, den_ptr, dl_ptr,
+    H, HKV, N, D, DV, DS, DVS, G, L,
+    phi_kind, f16, normalize, causal, n_parts, has_s, write_final, stats,
+    scale, eps,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
+    sw_b, ss_bh, ss_g, sz_bh, sz_g,
+    C: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+):
+    """Outputs of segment g for query head h and Dv tile t, starting from the state (s, z)[b, hk, g]
+    (ss_g = sz_g = 0: one state for every segment, as in bidirectional mode, where causal = 0
+    leaves only out = qf S / (qf . z + eps)).
+
+    stats != 0 (backward): o_ptr is grad_out (read), and instead of the output the kernel writes
+    den_i (den[b, h, i], by tile 0) and the tile's share of grad_out_i . out_i (dl[b, h, t, i]).
+    write_final: segment G - 1 of the first query head of hk writes the state after it to (sf, zf).
+    Grid: Dv tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
+    pid = tl.program_id(0)
+    nt = tl.cdiv(DV, BT)
+    n_rep = H // HKV
+    t = pid % nt
+    r = (pid // nt) % n_rep
+    g = (pid // nt // n_rep) % G
+    bk = pid // nt // n_rep // G
+    b = (bk // HKV).to(tl.int64)
+    hk = bk % HKV
+    h = hk * n_rep + r
+    bh = b * H + h
+    qb = q_ptr + b * sq_b + h * sq_h
+    kb = k_ptr + b * sk_b + hk * sk_h
+    vb = v_ptr + b * sv_b + hk * sv_h
+    ob = o_ptr + b * so_b + h * so_h
+    vc = t * BT + tl.arange(0, BT)
+    v_ok = vc < DV
+    frow, f_ok = _state_rows(BK, 0, DS, n_parts)
+    st_mask = f_ok[:, None] & (vc < DVS)[None, :]
+    s = tl.load(s_ptr + bk.to(tl.int64) * ss_bh + g * ss_g + frow[:, None] * DVS + vc[None, :],
+                mask=st_mask & (has_s != 0), other=0.0)
+    z = tl.load(z_ptr + bk.to(tl.int64) * sz_bh + g * sz_g + frow, mask=f_ok & (has_s != 0), other=0.0)
+    ci = tl.arange(0, C)
+    for c0 in range(g * L, tl.minimum(g * L + L, N), C):
+        rows = c0 + ci
+        r_ok = rows < N
+        wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
+        qf = _features(qb, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind, f16, scale, 1, BK)
+        kf = _features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, f16, 1.0, causal, BK)
+        vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :],
+                      (r_ok & (causal != 0))[:, None] & v_ok[None, :], f16)
+        out = _mm(qf, s, PREC)
+        den = tl.sum(qf * z[None, :], 1) + eps
+        if causal != 0:  # dots only: the loads above stay unconditional, so they pipeline
+            a = _mm(qf, tl.trans(kf), PREC)
+            a = tl.where(ci[:, None] >= ci[None, :], a, 0.0)
+            out += _mm(a, vt, PREC)
+            den += tl.sum(a, 1)
+            s += _mm(tl.trans(kf), vt, PREC)
+            z += tl.sum(kf, 0)
+        out = out / tl.where(normalize != 0, den, 1.0)[:, None]
+        o_rows = ob + rows[:, None].to(tl.int64) * so_n + vc[None, :]
+        o_mask = r_ok[:, None] & v_ok[None, :]
+        dout = _load_in(o_rows, o_mask & (stats != 0), f16)
+        tl.store(dl_ptr + (bh * nt + t) * N + rows, tl.sum(dout * out, 1), mask=r_ok & (stats != 0))
+        tl.store(den_ptr + bh * N + rows, den, mask=r_ok & (stats != 0) & (t == 0))
+        _store_out(o_rows, out, o_mask & (stats == 0), f16)
+    fin = (write_final != 0) & (r == 0) & (g == G - 1)
+    fd = n_parts * DS
+    tl.store(sf_ptr + bk.to(tl.int64) * fd * DVS + frow[:, None] * DVS + vc[None, :], s, mask=st_mask & fin)
+    tl.store(zf_ptr + bk.to(tl.int64) * fd + frow, z, mask=f_ok & fin & (t == 0))
+
+
+# ---- backward -------------------------------------------------------------------------------------
+
+
+@triton.jit
+def la_bwd_dq_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, wc_ptr, ws_ptr,
+    s_ptr, z_ptr, den_ptr, dl_ptr, rs_ptr,
+    H, HKV, N, D, DV, DS, DVS, G, L, NT,
+    phi_kind, f16, normalize, causal, n_parts, has_s, need_rseg,
+    scale,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdq_b, sdq_h, sdq_n,
+    sw_b, ss_bh, ss_g, sz_bh, sz_g, EP,
+    C: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
+):
+    """dq of segment g, query head h, feature tile ft (BF columns of F, all of Dv), in forward order
+    from the forward state (s, z)[b, hk, g]. need_rseg: also writes the segment's (sum qf^T g,
+    sum qf r) to rs[b, h, g] for the reverse scan.
+    Grid: feature tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
+    pid = tl.program_id(0)
+    hw = _half_width(BF, n_parts)
+    nf = tl.cdiv(D, hw)
+    n_rep = H // HKV
+    ft = pid % nf
+    r = (pid // nf) % n_rep
+    g = (pid // nf // n_rep) % G
+    bk = pid // nf // n_rep // G
+    b = (bk // HKV).to(tl.int64)
+    hk = bk % HKV
+    h = hk * n_rep + r
+    bh = b * H + h
+    d0 = ft * hw
+    qb = q_ptr + b * sq_b + h * sq_h
+    kb = k_ptr + b * sk_b + hk * sk_h
+    vb = v_ptr + b * sv_b + hk * sv_h
+    db = do_ptr + b * sd_b + h * sd_h
+    dqb = dq_ptr + b * sdq_b + h * sdq_h
+    vc = tl.arange(0, BKV)
+    v_ok = vc < DV
+    frow, f_ok = _state_rows(BF, d0, DS, n_parts)
+    st_mask = f_ok[:, None] & (vc < DVS)[None, :]
+    s = tl.load(s_ptr + bk.to(tl.int64) * ss_bh + g * ss_g + frow[:, None] * DVS + vc[None, :],
+                mask=st_mask & (has_s != 0), other=0.0)
+    z = tl.load(z_ptr + bk.to(tl.int64) * sz_bh + g * sz_g + frow, mask=f_ok & (has_s != 0), other=0.0)
+    rs = tl.zeros((BF, BKV), dtype=tl.float32)
+    rho = tl.zeros((BF,), dtype=tl.float32)
+    ci = tl.arange(0, C)
+    for c0 in range(g * L, tl.minimum(g * L + L, N), C):
+        rows = c0 + ci
+        r_ok = rows < N
+        wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
+        dout = _load_in(db + rows[:, None].to(tl.int64) * sd_n + vc[None, :], r_ok[:, None] & v_ok[None, :], f16)
+        inv, rr = _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, NT, normalize)
+        gr = dout * inv[:, None]
+        kf = _features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, f16, 1.0, causal, BF)
+        vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :],
+                      (r_ok & (causal != 0))[:, None] & v_ok[None, :], f16)
+        qf = _features(qb, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind, f16, scale, need_rseg, BF)
+        gq = _mm(gr, tl.trans(s), PREC) + rr[:, None] * z[None, :]
+        if causal != 0:
+            ds = _mm(dout, tl.trans(vt), PREC) * inv[:, None] + rr[:, None]
+            ds = tl.where(ci[:, None] >= ci[None, :], ds, 0.0)
+            gq += _mm(ds, kf, PREC)
+            s += _mm(tl.trans(kf), vt, PREC)
+            z += tl.sum(kf, 0)
+        if need_rseg != 0:
+            rs += _mm(tl.trans(qf), gr, PREC)
+            rho += tl.sum(qf * rr[:, None], 0)
+        _store_feature_grad(gq, qb, dqb, rows, N, sq_n, sdq_n, d0, D, wc, ws, n_parts, phi_kind, f16, scale, BF)
+    base = rs_ptr + (bh * G + g) * EP
+    keep = need_rseg != 0
+    tl.store(base + frow[:, None] * DVS + vc[None, :], rs, mask=st_mask & keep)
+    tl.store(base + n_parts * DS * DVS + frow, rho, mask=f_ok & keep)
+
+
+@triton.jit
+def la_bwd_dv_kernel(
+    q_ptr, k_ptr, do_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, den_ptr,
+    H, HKV, N, D, DV, DS, DVS, G, L,
+    phi_kind, f16, normalize, causal, n_parts, has_r,
+    scale,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sd_b, sd_h, sd_n, sdv_b, sdv_h, sdv_n,
+    sw_b, sr_bh, sr_g,
+    C: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+):
+    """dv of segment g, kv head hk, Dv tile t, in reverse order from R[b, hk, g] (the sum of qf^T g
+    over later rows, dS_final included), summed over the query heads of hk; bidirectional mode
+    (causal = 0) leaves dv = kf R with R the total.
+    Grid: Dv tiles x G x B*Hkv (fastest first)."""
+    pid = tl.program_id(0)
+    nt = tl.cdiv(DV, BT)
+    n_rep = H // HKV
+    t = pid % nt
+    g = (pid // nt) % G
+    bk = pid // nt // G
+    b = (bk // HKV).to(tl.int64)
+    hk = bk % HKV
+    kb = k_ptr + b * sk_b + hk * sk_h
+    dvb = dv_ptr + b * sdv_b + hk * sdv_h
+    vc = t * BT + tl.arange(0, BT)
+    v_ok = vc < DV
+    frow, f_ok = _state_rows(BK, 0, DS, n_parts)
+    rt = tl.load(r_ptr + bk.to(tl.int64) * sr_bh + g * sr_g + frow[:, None] * DVS + vc[None, :],
+                 mask=f_ok[:, None] & (vc < DVS)[None, :] & (has_r != 0), other=0.0)
+    ci = tl.arange(0, C)
+    s0 = g * L
+    n_ch = tl.cdiv(tl.minimum(s0 + L, N) - s0, C)
+    for i in range(n_ch):
+        rows = s0 + (n_ch - 1 - i) * C + ci
+        r_ok = rows < N
+        wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
+        kf = _features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, f16, 1.0, 1, BK)
+        dv = _mm(kf, rt, PREC)
+        for rep in range(n_rep * causal):
+            h = hk * n_rep + rep
+            qf = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind, f16,
+                           scale, 1, BK)
+            dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
+                            r_ok[:, None] & v_ok[None, :], f16)
+            inv = 1.0 / tl.load(den_ptr + (b * H + h) * N + rows, mask=r_ok & (normalize != 0), other=1.0)
+            gr = dout * inv[:, None]
+            at = _mm(kf, tl.trans(qf), PREC)
+            at = tl.where(ci[None, :] >= ci[:, None], at, 0.0)
+            dv += _mm(at, gr, PREC)
+            rt += _mm(tl.trans(qf), gr, PREC)
+        _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv, r_ok[:, None] & v_ok[None, :], f16)
+
+
+@triton.jit
+def la_bwd_dk_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, wc_ptr, ws_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
+    H, HKV, N, D, DV, DS, DVS, G, L, NT,
+    phi_kind, f16, normalize, causal, n_parts, has_r,
+    scale,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdk_b, sdk_h, sdk_n,
+    sw_b, sr_bh, sr_g, srz_bh, srz_g,
+    C: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
+):
+    """dk of segment g, kv head hk, feature tile ft (all of Dv), in reverse order from
+    (R, rho)[b, hk, g], summed over the query heads of hk; bidirectional mode (causal = 0) leaves
+    dkf = v R^T + rho with the totals.
+    Grid: feature tiles x G x B*Hkv (fastest first)."""
+    pid = tl.program_id(0)
+    hw = _half_width(BF, n_parts)
+    nf = tl.cdiv(D, hw)
+    n_rep = H // HKV
+    ft = pid % nf
+    g = (pid // nf) % G
+    bk = pid // nf // G
+    b = (bk // HKV).to(tl.int64)
+    hk = bk % HKV
+    d0 = ft * hw
+    kb = k_ptr + b * sk_b + hk * sk_h
+    vb = v_ptr + b * sv_b + hk * sv_h
+    dkb = dk_ptr + b * sdk_b + hk * sdk_h
+    vc = tl.arange(0, BKV)
+    v_ok = vc < DV
+    frow, f_ok = _state_rows(BF, d0, DS, n_parts)
+    rt = tl.load(r_ptr + bk.to(tl.int64) * sr_bh + g * sr_g + frow[:, None] * DVS + vc[None, :],
+                 mask=f_ok[:, None] & (vc < DVS)[None, :] & (has_r != 0), other=0.0)
+    rho = tl.load(rz_ptr + bk.to(tl.int64) * srz_bh + g * srz_g + frow, mask=f_ok & (has_r != 0), other=0.0)
+    ci = tl.arange(0, C)
+    s0 = g * L
+    n_ch = tl.cdiv(tl.minimum(s0 + L, N) - s0, C)
+    for i in range(n_ch):
+        rows = s0 + (n_ch - 1 - i) * C + ci
+        r_ok = rows < N
+        wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
+        vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :], r_ok[:, None] & v_ok[None, :], f16)
+        gk = _mm(vt, tl.trans(rt), PREC) + rho[None, :]
+        for rep in range(n_rep * causal):
+            h = hk * n_rep + rep
+            qf = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind, f16,
+                           scale, 1, BF)
+            dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
+                            r_ok[:, None] & v_ok[None, :], f16)
+            inv, rr = _row_grad_scales(den_ptr, dl_ptr, b * H + h, rows, N, NT, normalize)
+            dst = _mm(vt, tl.trans(dout), PREC) * inv[None, :] + rr[None, :]
+            dst = tl.where(ci[None, :] >= ci[:, None], dst, 0.0)
+            gk += _mm(dst, qf, PREC)
+            rt += _mm(tl.trans(qf), dout * inv[:, None], PREC)
+            rho += tl.sum(qf * rr[:, None], 0)
+        _store_feature_grad(gk, kb, dkb, rows, N, sk_n, sdk_n, d0, D, wc, ws, n_parts, phi_kind, f16, 1.0, BF)

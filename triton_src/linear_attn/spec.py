@@ -1,0 +1,129 @@
+"""The linear attention kernel specializations the build compiles (read by triton_src.aot).
+
+Each kernel comes in two specs: ``<name>16`` reads 16-bit tensors as int16 bits (fp16 or bf16, a
+run-time flag) and ``<name>32`` reads fp32. The key is one block size: the padded contraction
+dimension that a program holds in full (all F = parts * D features for the Dv-tiled kernels, all of
+Dv for the dq/dk kernels): 64, 128 and 256 for 16-bit tensors, 256 only for fp32 (tf32x3 dots,
+correctness rather than speed). Everything else (phi, normalization, causal, Cosformer, GQA,
+states, stats) is a run-time argument: 5 kernels * 4 blocks + the scan = 21 variants. Tiles keep
+the running state at most 32 KB of registers per program and shared memory under 99 KB (the
+opt-in limit of sm_86, sm_89 and sm_120, which also run the sm_80 cubins).
+
+Pointers to q, k, v and the gradients, their batch, head and row strides, and D and Dv carry
+16-divisibility hints in every variant: csrc/ops/linear_attn.cpp guarantees them, so there is no
+unhinted variant.
+"""
+
+from triton_src.aot.spec import KernelSpec
+
+# (bits, block) -> (chunk rows C, tile of the other dimension, warps, stages, dot precision), for
+# the Dv-tiled kernels (block: all features) and the dq/dk kernels (block: all of Dv).
+TILES = {
+    (16, 64): (64, 64, 4, 2, 2),
+    (16, 128): (32, 64, 8, 2, 2),
+    (16, 256): (32, 32, 8, 2, 2),
+    (32, 256): (16, 16, 4, 1, 3),
+}
+VALUE_TILES = {**TILES, (16, 256): (16, 32, 4, 2, 2)}  # 32 rows would need 108 KB of shared memory
+BLOCKS = {16: (64, 128, 256), 32: (256,)}
+
+# Scan tile: GB segments x BE state elements per step.
+SCAN_CONSTEXPRS = {"BE": 256, "GB": 16}
+
+_STRIDE_PREFIX = {"q": "sq", "k": "sk", "v": "sv", "o": "so", "do": "sd", "dq": "sdq", "dk": "sdk", "dv": "sdv"}
+_F32 = "*fp32"
+_I = "i32"
+_W = (("wc_ptr", _F32), ("ws_ptr", _F32))
+# D and Dv as the kernels see them (16-divisible, maybe padded), then the true ones (state layout).
+_DIMS = (("D", "i32:16"), ("DV", "i32:16"), ("DS", _I), ("DVS", _I))
+
+
+def _strides(*names: str) -> tuple:
+    """Batch, head and row strides of each tensor, all 16-divisible."""
+    return tuple((f"{_STRIDE_PREFIX[n]}_{dim}", "i64:16") for n in names for dim in "bhn")
+
+
+def _ptrs(ptr: str, *names: str) -> tuple:
+    return tuple((f"{n}_ptr", ptr) for n in names)
+
+
+def _state_params(ptr: str) -> tuple:
+    return (*_ptrs(ptr, "k", "v"), *_W, ("x_ptr", _F32),
+            ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("phi_kind", _I), ("f16", _I), ("n_parts", _I),
+            *_strides("k", "v"), ("sw_b", "i64"), ("EP", "i64"))
+
+
+def _fwd_params(ptr: str) -> tuple:
+    return (*_ptrs(ptr, "q", "k", "v", "o"), *_W,
+            *_ptrs(_F32, "s", "z", "sf", "zf", "den", "dl"),
+            ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
+            ("phi_kind", _I), ("f16", _I), ("normalize", _I), ("causal", _I), ("n_parts", _I), ("has_s", _I),
+            ("write_final", _I), ("stats", _I), ("scale", "fp32"), ("eps", "fp32"),
+            *_strides("q", "k", "v", "o"),
+            ("sw_b", "i64"), ("ss_bh", "i64"), ("ss_g", "i64"), ("sz_bh", "i64"), ("sz_g", "i64"))
+
+
+def _dq_params(ptr: str) -> tuple:
+    return (*_ptrs(ptr, "q", "k", "v", "do", "dq"), *_W,
+            *_ptrs(_F32, "s", "z", "den", "dl", "rs"),
+            ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("NT", _I),
+            ("phi_kind", _I), ("f16", _I), ("normalize", _I), ("causal", _I), ("n_parts", _I), ("has_s", _I),
+            ("need_rseg", _I), ("scale", "fp32"),
+            *_strides("q", "k", "v", "do", "dq"),
+            ("sw_b", "i64"), ("ss_bh", "i64"), ("ss_g", "i64"), ("sz_bh", "i64"), ("sz_g", "i64"), ("EP", "i64"))
+
+
+def _dv_params(ptr: str) -> tuple:
+    return (*_ptrs(ptr, "q", "k", "do", "dv"), *_W, *_ptrs(_F32, "r", "den"),
+            ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
+            ("phi_kind", _I), ("f16", _I), ("normalize", _I), ("causal", _I), ("n_parts", _I), ("has_r", _I),
+            ("scale", "fp32"),
+            *_strides("q", "k", "do", "dv"),
+            ("sw_b", "i64"), ("sr_bh", "i64"), ("sr_g", "i64"))
+
+
+def _dk_params(ptr: str) -> tuple:
+    return (*_ptrs(ptr, "q", "k", "v", "do", "dk"), *_W, *_ptrs(_F32, "r", "rz", "den", "dl"),
+            ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("NT", _I),
+            ("phi_kind", _I), ("f16", _I), ("normalize", _I), ("causal", _I), ("n_parts", _I), ("has_r", _I),
+            ("scale", "fp32"),
+            *_strides("q", "k", "v", "do", "dk"),
+            ("sw_b", "i64"), ("sr_bh", "i64"), ("sr_g", "i64"), ("srz_bh", "i64"), ("srz_g", "i64"))
+
+
+_SCAN_PARAMS = (
+    *_ptrs(_F32, "x", "y", "init_s", "init_z", "tot_s", "tot_z"),
+    ("G", _I), ("FD", _I), ("E", _I), ("n_grp", _I), ("mode", _I), ("has_init", _I), ("has_total", _I),
+    ("write_y", _I), ("EP", "i64"), ("sy_bh", "i64"),
+)
+
+# kernel -> (parameters, name of the block key, name of the other tile's constexpr, tiles)
+_KERNELS = {
+    "la_state": (_state_params, "BK", "BT", TILES),
+    "la_fwd": (_fwd_params, "BK", "BT", TILES),
+    "la_bwd_dq": (_dq_params, "BKV", "BF", VALUE_TILES),
+    "la_bwd_dv": (_dv_params, "BK", "BT", TILES),
+    "la_bwd_dk": (_dk_params, "BKV", "BF", VALUE_TILES),
+}
+
+
+def _spec(name: str, bits: int) -> KernelSpec:
+    params, block, other, tiles = _KERNELS[name]
+
+    def tile(key: dict) -> tuple:
+        return tiles[bits, key[block]]
+
+    def constexprs(key: dict) -> dict:
+        c, t, _, _, prec = tile(key)
+        return {"C": c, block: key[block], other: t, "PREC": prec}
+
+    return KernelSpec(name=f"{name}{bits}", function=f"{name}_kernel", params=params(f"*{'i16' if bits == 16 else 'fp32'}:16"),
+                      keys={block: BLOCKS[bits]}, constexprs=constexprs,
+                      num_warps=lambda key: tile(key)[2], num_stages=lambda key: tile(key)[3])
+
+
+KERNELS = [
+    *(_spec(name, bits) for name in _KERNELS for bits in (16, 32)),
+    KernelSpec(name="la_scan", function="la_scan_kernel", params=_SCAN_PARAMS, keys={"dtype": ("fp32",)},
+               constexprs=lambda key: SCAN_CONSTEXPRS, num_warps=4, num_stages=2),
+]
