@@ -13,7 +13,7 @@ import torch
 import neuralops
 from neuralops.bench import harness, timing
 
-OPS = ("gqa", "low_rank")
+OPS = ("gqa", "low_rank", "linear_attn")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """The ops backed by AOT-compiled Triton kernels (module names follow the public API)."""
 
-from neuralops.core.triton_kernels import gqa, low_rank
+from neuralops.core.triton_kernels import gqa, linear_attn, low_rank
 
-__all__ = ["gqa", "low_rank"]
+__all__ = ["gqa", "linear_attn", "low_rank"]
