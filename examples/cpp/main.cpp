@@ -98,6 +98,46 @@ void check_low_rank(torch::Device device, torch::ScalarType dtype) {
   }
 }
 
+// A causal, GQA (4 query heads per kv head) call against the quadratic form in float64.
+void check_linear_attn(torch::Device device, torch::ScalarType dtype) {
+  auto opts = torch::TensorOptions().device(device).dtype(dtype);
+  const std::string tag = std::string("linear_attn ") + c10::toString(dtype) + " on " + device.str();
+  const int64_t b = 2, h = 8, hkv = 2, n = 77, d = 32, dv = 48;
+  auto q = torch::randn({b, h, n, d}, opts).requires_grad_();
+  auto k = torch::randn({b, hkv, n, d}, opts).requires_grad_();
+  auto v = torch::randn({b, hkv, n, dv}, opts).requires_grad_();
+  neuralops::linear_attn::Options options;
+  options.causal = true;
+  auto out = neuralops::linear_attn::fwd(q, k, v, options).out;
+
+  auto qd = q.detach().to(torch::kDouble).requires_grad_();
+  auto kd = k.detach().to(torch::kDouble).requires_grad_();
+  auto vd = v.detach().to(torch::kDouble).requires_grad_();
+  auto phi = [](const torch::Tensor& x) { return torch::elu(x) + 1; };
+  auto kr = kd.repeat_interleave(h / hkv, 1), vr = vd.repeat_interleave(h / hkv, 1);
+  auto s = torch::matmul(phi(qd), phi(kr).transpose(-1, -2)).tril();
+  auto ref = torch::matmul(s, vr) / (s.sum(-1, true) + 1e-6);
+  report(tag + ": causal GQA fwd", rel_error(out, ref) <= tolerance(dtype), rel_error(out, ref));
+
+  auto g = torch::randn_like(out);
+  out.backward(g);
+  ref.backward(g.to(torch::kDouble));
+  double err = std::max({rel_error(q.grad(), qd.grad()), rel_error(k.grad(), kd.grad()),
+                         rel_error(v.grad(), vd.grad())});
+  report(tag + ": autograd gradients", err <= tolerance(dtype), err);
+  auto [dq, dk, dvv] = neuralops::linear_attn::bwd(q.detach(), k.detach(), v.detach(), g, options);
+  err = std::max(rel_error(dq, qd.grad()), rel_error(dvv, vd.grad()));
+  report(tag + ": bwd", err <= tolerance(dtype), err);
+
+  try {
+    options.phi = "softmax";
+    neuralops::linear_attn::fwd(q.detach(), k.detach(), v.detach(), options);
+    report(tag + ": unknown phi rejected", false);
+  } catch (const c10::ValueError&) {
+    report(tag + ": unknown phi rejected", true);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +156,7 @@ int main(int argc, char** argv) {
   for (auto dtype : dtypes) {
     check_gqa(device, dtype);
     check_low_rank(device, dtype);
+    check_linear_attn(device, dtype);
   }
   std::cout << (failures ? "FAILED: " : "all passed: ") << failures << " failures\n";
   return failures ? 1 : 0;

@@ -6,6 +6,7 @@
 
 #include "neuralops/export.h"
 #include "neuralops/gqa.h"
+#include "neuralops/linear_attn.h"
 #include "neuralops/low_rank.h"
 
 namespace neuralops {

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         print("neuralops.bench needs a CUDA GPU", file=sys.stderr)
         return 2
 
-    timer = timing.Timer(warmup=3 if args.quick else 10, reps=20 if args.quick else 100)
+    timer = timing.Timer(warmup=5 if args.quick else 10, reps=50 if args.quick else 100)
     bandwidth = timing.copy_bandwidth(timer)
     flop_rate = timing.matmul_rate(timer)
     device = torch.cuda.get_device_name()

@@ -325,6 +325,8 @@ def bwd(
 
 
 def _register() -> None:
+    # Autograd is registered in C++ (csrc/ops/linear_attn_autograd.cpp): shared with C++ callers, no
+    # Python per call.
     def fake_fwd(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state):
         state = None if s0 is None else LinearAttnState(s0, z0)
         _phi_kind(phi)
@@ -349,33 +351,8 @@ def _register() -> None:
             return (*grads, q.new_empty(0, dtype=dt), q.new_empty(0, dtype=dt))
         return (*grads, q.new_empty(s_shape, dtype=dt), q.new_empty(z_shape, dtype=dt))
 
-    def setup_context(ctx, inputs, output):
-        q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state = inputs
-        ctx.save_for_backward(q, k, v, cos, sin, s0, z0)
-        ctx.params = (phi, causal, eps, scale)
-        ctx.return_state = return_state
-
-    def backward(ctx, grad_out, grad_s, grad_z):
-        q, k, v, cos, sin, s0, z0 = ctx.saved_tensors
-        phi, causal, eps, scale = ctx.params
-        if not ctx.return_state:
-            grad_s = grad_z = None
-        state_grad = s0 is not None and (ctx.needs_input_grad[5] or ctx.needs_input_grad[6])
-        if grad_out is None:
-            grad_out = torch.zeros(q.shape[0], q.shape[1], q.shape[2], v.shape[3], dtype=q.dtype, device=q.device)
-        if (grad_s is None) != (grad_z is None):
-            s_shape, z_shape = _state_shapes(q, k, v, cos is not None)
-            zeros = dict(dtype=_state_dtype(q), device=q.device)
-            grad_s = torch.zeros(s_shape, **zeros) if grad_s is None else grad_s
-            grad_z = torch.zeros(z_shape, **zeros) if grad_z is None else grad_z
-        dq, dk, dv, ds0, dz0 = torch.ops.neuralops.linear_attn_bwd(
-            grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi, causal, eps, scale, state_grad)
-        ds0, dz0 = (ds0, dz0) if state_grad else (None, None)
-        return dq, dk, dv, None, None, ds0, dz0, None, None, None, None, None
-
     torch.library.register_fake("neuralops::linear_attn_fwd", fake_fwd)
     torch.library.register_fake("neuralops::linear_attn_bwd", fake_bwd)
-    torch.library.register_autograd("neuralops::linear_attn_fwd", backward, setup_context=setup_context)
 
 
 if _library.LOADED:
