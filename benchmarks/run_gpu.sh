@@ -18,7 +18,7 @@ step "machine"
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/info.txt"
 step "build"
 start=$(date +%s)
-if ! timeout 300 $PY -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1; then
+if ! timeout 200 $PY -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1; then
   tail -60 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
 echo "build: $(( $(date +%s) - start )) s; $(grep '\[neuralops aot\] .* kernels:' "$OUT/build.log" | tail -1)"
@@ -32,18 +32,19 @@ except ValueError as e:
     print('C++ exceptions reach Python:', e)") | tee -a "$OUT/info.txt" || echo "C++ EXCEPTION CRASHED THE PROCESS"
 
 step "GPU tests"
-timeout 240 $PY -m pytest tests/gpu -q -rs --durations=10 -p no:cacheprovider > "$OUT/tests-gpu.log" 2>&1
+timeout 170 $PY -m pytest tests/gpu/test_linear_attn_gpu.py tests/gpu/test_low_rank_gpu.py tests/gpu/test_gqa_gpu.py \
+  tests/gpu/test_runtime_gpu.py -q -rs --durations=10 -p no:cacheprovider > "$OUT/tests-gpu.log" 2>&1
 tests_rc=$?
 tail -1 "$OUT/tests-gpu.log"
 grep -E "^(FAILED|ERROR)" "$OUT/tests-gpu.log" | head -20
 
 step "benchmarks"
-(cd "$OUT" && timeout 240 $PY -m neuralops.bench "$@" --json "$OUT/bench.json" --markdown "$OUT/bench.md") \
+(cd "$OUT" && timeout 120 $PY -m neuralops.bench "$@" --json "$OUT/bench.json" --markdown "$OUT/bench.md") \
   > "$OUT/bench.log" 2>&1 || tail -30 "$OUT/bench.log"
-(cd "$OUT" && timeout 60 $PY -m neuralops.bench.linear_attn --startup) | tee -a "$OUT/info.txt"
+(cd "$OUT" && timeout 40 $PY -m neuralops.bench.linear_attn --startup) | tee -a "$OUT/info.txt"
 
 step "C++ package (CMake install, examples/cpp on CPU and CUDA)"
-timeout 240 $PY -m pytest tests/cpu/test_cpp_package.py -q -s -p no:cacheprovider > "$OUT/tests-cpp.log" 2>&1 || tests_rc=1
+timeout 120 $PY -m pytest tests/cpu/test_cpp_package.py -q -s -p no:cacheprovider > "$OUT/tests-cpp.log" 2>&1 || tests_rc=1
 grep -E "^1: +(ok|FAIL)|all passed|FAILED|passed|failed" "$OUT/tests-cpp.log" | tail -40
 if [ "${NEURALOPS_GPU_RUN_CPU_TESTS:-0}" = 1 ]; then
   step "CPU tests"
