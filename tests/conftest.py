@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # Set before anything imports Triton: kernels in tests/cpu run on CPU tensors through the interpreter.
+# GPU tests clear it (tests/gpu/conftest.py): torch.compile's inductor kernels must be compiled.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT] + [str(ROOT)]

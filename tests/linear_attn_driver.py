@@ -74,7 +74,10 @@ class _Setup:
         self.c, self.bt, self.warps, self.stages, self.prec = TILES[self.bits, self.bk]
         self.launch = dict(num_warps=self.warps, num_stages=self.stages)
         self.nt = triton.cdiv(self.dvp, self.bt)
-        self.g, self.l = segments(self.n, self.c, self.nt * self.h * self.b, target_programs, seg_len)
+        # Segments hold whole chunks of the backward's dq / dk kernels too (as csrc's make_plan).
+        c_value = VALUE_TILES[self.bits, block_for(self.bits, self.dvp)][0]
+        self.g, self.l = segments(self.n, max(self.c, c_value), self.nt * self.h * self.b, target_programs,
+                                  seg_len)
         self.f = self.n_parts * self.d
         self.fd = self.f * self.dv
         self.e = self.fd + self.f

@@ -433,13 +433,20 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
     p.bt = cx.BT;
   }
   p.nt = ceil_div(p.dvp, p.bt);
-  const int64_t nc = ceil_div(sh.n, p.c);
+  // A segment must hold whole chunks of every kernel that walks it, and the backward's dq and dk
+  // kernels chunk by their own tile (C of VALUE_TILES), which can exceed the forward's: a segment
+  // of 32 rows walked in chunks of 64 summed the next segment's rows into its reverse state.
+  const int64_t bkv = block_for(p.bits, p.dvp);
+  const int64_t c_value =
+      p.bits == 16 ? aot::la_bwd_dq16_constexprs({bkv}).C : aot::la_bwd_dq32_constexprs({bkv}).C;
+  const int64_t quantum = std::max(p.c, c_value);
+  const int64_t nc = ceil_div(sh.n, quantum);
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
   const int64_t target = kProgramsPerSM * sm_count(q.get_device());
   const int64_t g = std::clamp<int64_t>(ceil_div(target, per_segment), 1, std::max<int64_t>(nc, 1));
   const int64_t chunks = ceil_div(std::max<int64_t>(nc, 1), g);
   p.g = ceil_div(std::max<int64_t>(nc, 1), chunks);
-  p.l = chunks * p.c;
+  p.l = chunks * quantum;
   p.f = sh.f();
   p.fd = p.f * sh.dv;
   p.e = p.fd + p.f;
