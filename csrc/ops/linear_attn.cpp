@@ -30,11 +30,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -42,7 +40,6 @@
 
 #include "linear_attn_kernels.h"
 #include "ops/launch_utils.h"
-#include "runtime/cuda_driver.h"
 
 namespace neuralops::ops {
 namespace {
@@ -335,24 +332,9 @@ int64_t block_for(int64_t bits, int64_t width) {
   TORCH_CHECK_VALUE(false, "neuralops.linear_attn: ", width, " columns exceed the largest block");
 }
 
-int sm_count(int device) {
-  static std::array<std::once_flag, runtime::kMaxDevices> once;
-  static std::array<int, runtime::kMaxDevices> count;
-  TORCH_CHECK(device >= 0 && device < runtime::kMaxDevices, "neuralops.linear_attn: device index ", device,
-              " out of range");
-  std::call_once(once[device], [device] {
-    const auto& d = runtime::driver();
-    CUdevice dev;
-    runtime::check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
-    runtime::check(d.cuDeviceGetAttribute(&count[device], CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-                   "reading the multiprocessor count");
-  });
-  return count[device];
-}
-
 bool kernel_ready(const Tensor& t) {
   if (t.size(3) % 16 != 0 || (t.size(3) > 1 && t.stride(3) != 1)) return false;
-  if (reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16 != 0) return false;
+  if (!runtime::aligned16(t.const_data_ptr())) return false;
   for (int64_t i = 0; i < 3; ++i) {
     if (kernel_stride(t, i) % 16 != 0) return false;
   }
@@ -442,7 +424,7 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   const int64_t quantum = std::max(p.c, c_value);
   const int64_t nc = ceil_div(sh.n, quantum);
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
-  const int64_t target = kProgramsPerSM * sm_count(q.get_device());
+  const int64_t target = kProgramsPerSM * runtime::multiprocessor_count(q.get_device());
   const int64_t g = std::clamp<int64_t>(ceil_div(target, per_segment), 1, std::max<int64_t>(nc, 1));
   const int64_t chunks = ceil_div(std::max<int64_t>(nc, 1), g);
   p.g = ceil_div(std::max<int64_t>(nc, 1), chunks);

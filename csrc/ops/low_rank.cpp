@@ -21,9 +21,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -31,7 +29,6 @@
 
 #include "low_rank_kernels.h"
 #include "ops/launch_utils.h"
-#include "runtime/cuda_driver.h"
 
 namespace neuralops::ops {
 namespace {
@@ -147,16 +144,12 @@ at::Tensor unit_last(const at::Tensor& w) {
   return (w.size(-1) <= 1 || w.stride(-1) == 1) ? w : w.contiguous();
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-}
-
 bool rows_aligned(const Rows& r) {
-  return aligned16(r.t.const_data_ptr()) && r.s_outer % 16 == 0 && r.s_inner % 16 == 0;
+  return runtime::aligned16(r.t.const_data_ptr()) && r.s_outer % 16 == 0 && r.s_inner % 16 == 0;
 }
 
 bool matrix_aligned(const at::Tensor& w) {
-  return aligned16(w.const_data_ptr()) && (w.dim() < 2 || kernel_stride(w, 0) % 16 == 0);
+  return runtime::aligned16(w.const_data_ptr()) && (w.dim() < 2 || kernel_stride(w, 0) % 16 == 0);
 }
 
 // ---- routing ----------------------------------------------------------------------------------
@@ -227,7 +220,7 @@ Chain forward_chain(const Rows& xr, const at::Tensor& x, const at::Tensor& U, co
                     const OptTensor& bias) {
   const int64_t M = rows_count(x), K = x.size(-1), R = V.size(0), N = U.size(0);
   const bool hints = K % 16 == 0 && R % 16 == 0 && N % 16 == 0 && rows_aligned(xr) && matrix_aligned(V) &&
-                     matrix_aligned(U) && (!bias.has_value() || aligned16(bias->const_data_ptr()));
+                     matrix_aligned(U) && (!bias.has_value() || runtime::aligned16(bias->const_data_ptr()));
   return {M, K, R, N, x.scalar_type(), hints};
 }
 
@@ -245,21 +238,6 @@ void check_triton_dtype(const at::Tensor& x, Backend backend) {
 }
 
 // ---- launches ---------------------------------------------------------------------------------
-
-int64_t sm_count(int device) {
-  TORCH_CHECK(device >= 0 && device < runtime::kMaxDevices, "neuralops.low_rank: CUDA device index ",
-              device, " is out of range");
-  static std::array<std::once_flag, runtime::kMaxDevices> once;
-  static std::array<int, runtime::kMaxDevices> count{};
-  std::call_once(once[device], [device] {
-    const runtime::CudaDriver& d = runtime::driver();
-    CUdevice dev;
-    runtime::check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
-    runtime::check(d.cuDeviceGetAttribute(&count[device], CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-                   "reading the multiprocessor count");
-  });
-  return count[device];
-}
 
 const void* ptr_or(const OptTensor& t, const at::Tensor& fallback) {
   return t.has_value() ? t->const_data_ptr() : fallback.const_data_ptr();
@@ -309,7 +287,7 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
     const aot::LowRankFusedKey key{dtype, R <= 128 ? 128 : 256};
     const auto cx = aot::low_rank_fused_constexprs(key);
     const int64_t m_blocks = ceil_div(M, cx.BLOCK_M);
-    int64_t split = fused_n_split(m_blocks, K, N, sm_count(device));
+    int64_t split = fused_n_split(m_blocks, K, N, runtime::multiprocessor_count(device));
     const int64_t per_prog = ceil_div(ceil_div(N, split), cx.BLOCK_N) * cx.BLOCK_N;
     split = per_prog == 0 ? 1 : ceil_div(N, per_prog);
     auto config = launch_config(out, m_blocks, split, 1, "low_rank");
@@ -328,7 +306,7 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
   const int64_t phase2 = ceil_div(N, cx.BLOCK_N);
   // Phase 1 gets a share of the SMs in proportion to its bytes (w1 is R*K, w2 is N*R), so both
   // weights stream at once; K is split until phase 1 has that many programs.
-  const int64_t sms = sm_count(device);
+  const int64_t sms = runtime::multiprocessor_count(device);
   const int64_t target = std::max<int64_t>(1, sms * K / (K + N));
   int64_t ksplit = std::clamp<int64_t>((target + n_rblocks / 2) / n_rblocks, 1, ceil_div(K, cx.BLOCK_K));
   const int64_t k_len = ceil_div(ceil_div(K, ksplit), cx.BLOCK_K) * cx.BLOCK_K;

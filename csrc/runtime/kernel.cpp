@@ -12,6 +12,7 @@ namespace {
 struct DeviceInfo {
   int capability = 0;
   int max_shared_optin = 0;
+  int multiprocessors = 0;
   CUcontext primary = nullptr;
 };
 
@@ -32,7 +33,7 @@ const DeviceInfo& device_info(int device) {
     const CudaDriver& d = driver();
     CUdevice dev;
     check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
-    int major = 0, minor = 0, shared = 0;
+    int major = 0, minor = 0, shared = 0, sms = 0;
     check(d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
           "reading the compute capability");
     check(d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
@@ -40,10 +41,12 @@ const DeviceInfo& device_info(int device) {
     check(d.cuDeviceGetAttribute(&shared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                                  dev),
           "reading the shared memory limit");
+    check(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+          "reading the multiprocessor count");
     CUcontext ctx;
     // PyTorch allocates in the primary context; kernels must be loaded and launched in it too.
     check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "retaining the primary context");
-    info[device] = DeviceInfo{major * 10 + minor, shared, ctx};
+    info[device] = DeviceInfo{major * 10 + minor, shared, sms, ctx};
   });
   return info[device];
 }
@@ -129,6 +132,10 @@ int device_capability(int device) {
   return device_info(device).capability;
 }
 
+int multiprocessor_count(int device) {
+  return device_info(device).multiprocessors;
+}
+
 void launch(const KernelVariant& v, const LaunchConfig& c, void** args, int num_args) {
   if (c.grid[0] == 0 || c.grid[1] == 0 || c.grid[2] == 0) {
     return;
@@ -148,12 +155,11 @@ void launch(const KernelVariant& v, const LaunchConfig& c, void** args, int num_
   for (int i = 0; i < total; ++i) {
     params[i] = i < num_args ? args[i] : &null_scratch;
   }
-  std::string what;
   CUresult r = d.cuLaunchKernel(f.function, c.grid[0], c.grid[1], c.grid[2],
                                 32 * f.image->num_warps, 1, 1, f.image->shared_bytes, c.stream,
                                 params, nullptr);
   if (r != CUDA_SUCCESS) {
-    what = std::string("launching kernel ") + v.name + " on cuda:" + std::to_string(c.device) +
+    const std::string what = std::string("launching kernel ") + v.name + " on cuda:" + std::to_string(c.device) +
         " with grid (" + std::to_string(c.grid[0]) + ", " + std::to_string(c.grid[1]) + ", " +
         std::to_string(c.grid[2]) + ")";
     check(r, what.c_str());

@@ -64,6 +64,14 @@ int select_arch(const int* archs, int num_archs, int cc);
 // Compute capability (major * 10 + minor) of a CUDA device. Loads the driver; throws on failure.
 int device_capability(int device);
 
+// Multiprocessors of a CUDA device (read once per device), for sizing grids.
+int multiprocessor_count(int device);
+
+// Whether a pointer satisfies Triton's 16-byte divisibility hint.
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
 // Launch `variant` with the kernel arguments `args` (pointers to each argument, in the kernel's
 // order; Triton's trailing scratch pointers, all null, are appended here). A grid with a zero dimension is a
 // no-op. Throws when the driver, a cubin for this device or the launch itself fails.

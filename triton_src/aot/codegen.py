@@ -32,11 +32,6 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def _cpp_param(ty: str) -> str:
-    base = ty.split(":")[0]
-    return "const void*" if base.startswith("*") else SCALAR_TYPES[base]
-
-
 def _api_param(ty: str) -> str:
     # Integer arguments are taken as int64_t and range-checked, so no caller truncates silently.
     base = ty.split(":")[0]
@@ -82,14 +77,13 @@ def _symbol(variant: Variant, arch: int) -> str:
 
 def _source(op: str, specs: list[KernelSpec], built: dict[Variant, list[Compiled]]) -> str:
     out = [HEADER.format(op=op),
-           f'#include "{op}_kernels.h"\n\n#include <cstdint>\n#include <limits>\n#include <string>\n\n'
+           f'#include "{op}_kernels.h"\n\n#include <cstdint>\n#include <limits>\n#include <sstream>\n#include <string>\n\n'
            "#include <c10/util/Exception.h>\n\n"]
     out.append('extern "C" {\n')
     for variant, images in built.items():
         for img in images:
             out.append(f"extern const unsigned char {_symbol(variant, img.task.arch)}[];\n")
     out.append("}\n\nnamespace neuralops::aot {\nnamespace {\n\n"
-               "bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }\n\n"
                "int32_t to_i32(int64_t value, const char* kernel, const char* name) {\n"
                "  TORCH_CHECK(value >= std::numeric_limits<int32_t>::min() &&\n"
                "                  value <= std::numeric_limits<int32_t>::max(),\n"
@@ -144,7 +138,7 @@ def _source(op: str, specs: list[KernelSpec], built: dict[Variant, list[Compiled
         hints = []
         for name, ty in spec.params:
             if name in spec.aligned:
-                hints.append(f"aligned16({name})" if ty.startswith("*") else f"{name} % 16 == 0")
+                hints.append(f"runtime::aligned16({name})" if ty.startswith("*") else f"{name} % 16 == 0")
         hint_expr = " && ".join(hints) if hints else "true"
         out.append(f"  const bool hints_hold = {hint_expr};\n")
         args = ", ".join(f"const_cast<void*>(static_cast<const void*>(&{a}))" for a in arg_names)
@@ -154,8 +148,7 @@ def _source(op: str, specs: list[KernelSpec], built: dict[Variant, list[Compiled
                    f"    runtime::launch(e.variant, config, args, {len(arg_names)});\n    return;\n  }}\n"
                    f"  {not_built}}}\n")
     out.append("\n}  // namespace neuralops::aot\n")
-    text = "".join(out)
-    return text.replace("#include <string>\n", "#include <sstream>\n#include <string>\n", 1)
+    return "".join(out)
 
 
 def _assembly(op: str, built: dict[Variant, list[Compiled]]) -> str:

@@ -111,7 +111,7 @@ def _signature(arg_names: list[str], task: Task) -> str:
     return ", ".join(params[a] if a in params else str(constexprs[a]) for a in arg_names)
 
 
-def _compile_in_worker(task: Task, cache_dir: str) -> dict:
+def _compile_in_worker(task: Task) -> dict:
     """Runs in a worker process: compile one task with triton.tools.compile, return its metadata."""
     import importlib.util
 
@@ -215,7 +215,7 @@ def compile_tasks(tasks: list[Task], sources: dict[str, str], cache_dir: Path, j
                                     initializer=_worker_init,
                                     initargs=(str(repo_root), str(cache_dir / "triton"))) as pool:
             started = time.monotonic()
-            futures = {pool.submit(_compile_in_worker, task, str(cache_dir)): (task, key)
+            futures = {pool.submit(_compile_in_worker, task): (task, key)
                        for task, key in todo}
             for future in cf.as_completed(futures):
                 task, key = futures[future]

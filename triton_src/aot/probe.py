@@ -33,7 +33,7 @@ def probe(archs: tuple[int, ...], cache_dir: Path, repo_root: Path) -> dict[int,
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=len(todo), mp_context=ctx, initializer=compiler._worker_init,
                                 initargs=(str(repo_root), str(cache_dir / "triton"))) as pool:
-        futures = {a: pool.submit(compiler._compile_in_worker, _task(a), str(cache_dir)) for a in todo}
+        futures = {a: pool.submit(compiler._compile_in_worker, _task(a)) for a in todo}
         for arch, future in futures.items():
             try:
                 future.result()
