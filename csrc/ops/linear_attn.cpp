@@ -314,9 +314,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cpu(
 
 // ---- CUDA: the Triton kernels --------------------------------------------------------------------
 
-constexpr int64_t kBlocks16[] = {64, 128, 256};
 constexpr int64_t kMaxHeadDim = 256;
-constexpr int64_t kScanBlock = 256;  // spec.py SCAN_CONSTEXPRS["BE"]
 // Segments are sized so that the main kernels have about this many programs per multiprocessor.
 constexpr int64_t kProgramsPerSM = 4;
 
@@ -324,10 +322,11 @@ int64_t pad16(int64_t x) {
   return (x + 15) / 16 * 16;
 }
 
+// The smallest feature block built for `bits`-bit tensors (spec.py BLOCKS) that holds `width` columns.
 int64_t block_for(int64_t bits, int64_t width) {
-  if (bits == 32) return 256;
-  for (int64_t b : kBlocks16) {
-    if (b >= width) return b;
+  for (int64_t b = 16; b <= kMaxHeadDim; b *= 2) {
+    const bool built = bits == 16 ? aot::la_fwd16_built({b}) : aot::la_fwd32_built({b});
+    if (b >= width && built) return b;
   }
   TORCH_CHECK_VALUE(false, "neuralops.linear_attn: ", width, " columns exceed the largest block");
 }
@@ -477,7 +476,8 @@ int64_t st(const Tensor& t, int64_t dim) {
 void scan(const Plan& p, const Tensor& x, const Tensor& y, int64_t n_grp, int64_t mode, const OptTensor& init_s,
           const OptTensor& init_z, const Tensor* tot_s, const Tensor* tot_z) {
   const int64_t bh = p.sh.b * p.sh.hkv;
-  aot::la_scan({at::kFloat}, config(x, ceil_div(p.e, kScanBlock) * bh, "linear_attn scan"), x.const_data_ptr(),
+  const int64_t scan_block = aot::la_scan_constexprs({at::kFloat}).BE;
+  aot::la_scan({at::kFloat}, config(x, ceil_div(p.e, scan_block) * bh, "linear_attn scan"), x.const_data_ptr(),
                y.mutable_data_ptr(), init_s ? init_s->const_data_ptr() : nullptr,
                init_z ? init_z->const_data_ptr() : nullptr, tot_s ? tot_s->mutable_data_ptr() : nullptr,
                tot_z ? tot_z->mutable_data_ptr() : nullptr, p.g, p.fd, p.e, n_grp, mode, init_s.has_value(),

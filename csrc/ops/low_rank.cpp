@@ -165,10 +165,22 @@ const char* impl_name(Impl impl) {
   }
 }
 
-// Limits of the fast kernels (their constexprs in triton_src/low_rank/spec.py).
-constexpr int64_t kDecodeMaxRows = 64;           // decode BLOCK_M
-constexpr int64_t kFusedMaxRank16 = 256;         // fused BLOCK_R, fp16/bf16
-constexpr int64_t kFusedMaxRankFp32 = 128;       // fused BLOCK_R, fp32
+// The smallest block of the fast kernels built for `dtype` (triton_src/low_rank/spec.py) that
+// covers `size`, or 0 when none does: the decode kernel's rows (BLOCK_M), the fused kernel's rank
+// (BLOCK_R). Their limits follow the declaration.
+int64_t decode_block(c10::ScalarType dtype, int64_t rows) {
+  for (int64_t b = 16; b <= 1024; b *= 2) {
+    if (b >= rows && aot::low_rank_decode_built({dtype, b})) return b;
+  }
+  return 0;
+}
+
+int64_t fused_block(c10::ScalarType dtype, int64_t rank) {
+  for (int64_t b = 16; b <= 1024; b *= 2) {
+    if (b >= rank && aot::low_rank_fused_built({dtype, b})) return b;
+  }
+  return 0;
+}
 
 // The shape of one chained product out = (a @ w1.T) @ w2.T: the forward (a = x, K = in, N = out),
 // or dx in the backward (a = grad_out, K = out, N = in).
@@ -184,11 +196,10 @@ Impl triton_impl(const Chain& c) {
   if (!c.hints) {
     return Impl::kTwoGemm;
   }
-  if (c.M <= kDecodeMaxRows) {
+  if (decode_block(c.dtype, c.M) != 0) {
     return Impl::kDecode;
   }
-  const int64_t max_rank = c.dtype == at::kFloat ? kFusedMaxRankFp32 : kFusedMaxRank16;
-  return c.R <= max_rank ? Impl::kFused : Impl::kTwoGemm;
+  return fused_block(c.dtype, c.R) != 0 ? Impl::kFused : Impl::kTwoGemm;
 }
 
 // The one place that decides which implementation runs a shape on CUDA (the backward takes the
@@ -284,7 +295,7 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
     return;
   }
   if (impl == Impl::kFused) {
-    const aot::LowRankFusedKey key{dtype, R <= 128 ? 128 : 256};
+    const aot::LowRankFusedKey key{dtype, fused_block(dtype, R)};
     const auto cx = aot::low_rank_fused_constexprs(key);
     const int64_t m_blocks = ceil_div(M, cx.BLOCK_M);
     int64_t split = fused_n_split(m_blocks, K, N, runtime::multiprocessor_count(device));
@@ -299,7 +310,7 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
     return;
   }
   TORCH_CHECK(impl == Impl::kDecode, "neuralops.low_rank: internal error: no kernel for this route");
-  const aot::LowRankDecodeKey key{dtype, M <= 16 ? 16 : 64};
+  const aot::LowRankDecodeKey key{dtype, decode_block(dtype, M)};
   const auto cx = aot::low_rank_decode_constexprs(key);
   const at::Tensor h = hidden.has_value() ? *hidden : at::empty({M, R}, out.options());
   const int64_t n_rblocks = ceil_div(R, cx.BLOCK_R1);
@@ -442,7 +453,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, OptTensor> low_rank_bwd(
     const at::Tensor h = at::empty({M, R}, x.options());
     // h alone: the decode kernel's phase 1 where its conditions hold, else the general GEMM.
     const Chain fwd = forward_chain(xr, x, U, V, std::nullopt);
-    run_hidden(fwd.hints && M <= kDecodeMaxRows ? Impl::kDecode : Impl::kTwoGemm, xr, V, h, M);
+    const bool decode = fwd.hints && decode_block(x.scalar_type(), M) != 0;
+    run_hidden(decode ? Impl::kDecode : Impl::kTwoGemm, xr, V, h, M);
     hr = rows_of_matrix(h);
   }
   // dx = (g @ U) @ V is the forward chain on the transposed weights; dh lands in its hidden slot.
