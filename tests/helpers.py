@@ -24,14 +24,17 @@ def poison_allocator(device: str = "cuda", nbytes: int = 1 << 28) -> None:
 
 def _interpreter_indexes_scalars() -> bool:
     """Triton's interpreter before 3.7 turns run-time scalars into 1-element arrays, which NumPy 2.4+
-    refuses to use as an index (``range(0, D, BLOCK)`` in a kernel then fails). Kernels are fine."""
+    refuses to use as an index (``range(0, D, BLOCK)`` in a kernel then fails). Kernels are fine.
+    Reads versions without importing Triton: an import here, under the CPU tests' TRITON_INTERPRET=1,
+    would leave Triton's own jit functions interpreted, and torch.compile in the GPU tests fails."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        import numpy
-        import triton
-    except ImportError:
+        triton, numpy = version("triton"), version("numpy")
+    except PackageNotFoundError:
         return False
-    version = lambda v: tuple(int(x) for x in v.split(".")[:2])  # noqa: E731
-    return version(triton.__version__) >= (3, 7) or version(numpy.__version__) < (2, 4)
+    major_minor = lambda v: tuple(int(x) for x in v.split(".")[:2])  # noqa: E731
+    return major_minor(triton) >= (3, 7) or major_minor(numpy) < (2, 4)
 
 
 requires_interpreter = pytest.mark.skipif(

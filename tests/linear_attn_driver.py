@@ -8,24 +8,27 @@ import torch
 import triton
 
 from triton_src.linear_attn import kernels as K
-from triton_src.linear_attn.spec import BLOCKS, SCAN_CONSTEXPRS, TILES, VALUE_TILES
+from triton_src.linear_attn.spec import BLOCKS, PRECISION, SCAN_CONSTEXPRS, TILES, VALUE_TILES
 
 
 def pad16(x: int) -> int:
     return (x + 15) // 16 * 16
 
 
-def block_for(bits: int, width: int) -> int:
-    """The smallest block built for `bits`-bit tensors that holds `width` columns."""
-    for b in BLOCKS[bits]:
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def block_for(dtype: str, width: int) -> int:
+    """The smallest block built for `dtype` tensors that holds `width` columns."""
+    for b in BLOCKS[dtype]:
         if b >= width:
             return b
-    raise ValueError(f"no block holds {width} columns of {bits}-bit tensors")
+    raise ValueError(f"no block holds {width} columns of {dtype} tensors")
 
 
-def kernel_view(t: torch.Tensor) -> torch.Tensor:
-    """What the kernels get: 16-bit tensors as their int16 bits (one variant for fp16 and bf16)."""
-    return t.view(torch.int16) if t.element_size() == 2 else t
+def programs_per_sm(block: int) -> int:
+    """csrc/ops/linear_attn.cpp programs_per_sm: the segment count's target per multiprocessor."""
+    return 4 if block <= 64 else 8
 
 
 def segments(n: int, c: int, programs_per_segment: int, target_programs: int, seg_len: int | None = None):
@@ -62,20 +65,24 @@ class _Setup:
         self.phi_kind = K.PHI_KINDS["identity" if phi == "softmax_free" else phi]
         self.normalize = int(phi != "softmax_free")
         self.causal = int(causal)
-        self.bits = 8 * q.element_size()
-        self.f16 = int(q.dtype == torch.float16)
+        self.dtype = DTYPE_NAMES[q.dtype]
         self.dp, self.dvp = pad16(self.d), pad16(self.dv)
         # Padding columns must have zero features: phi(0) = 0 except for elu+1, where exp(-inf) = 0.
         fill = float("-inf") if self.phi_kind == 1 else 0.0
         self.q, self.k = _padded(q, self.dp, fill), _padded(k, self.dp, fill)
         self.v = _padded(v, self.dvp, 0.0)
-        self.kq, self.kk, self.kv = kernel_view(self.q), kernel_view(self.k), kernel_view(self.v)
-        self.bk = block_for(self.bits, self.n_parts * self.dp)
-        self.c, self.bt, self.warps, self.stages, self.prec = TILES[self.bits, self.bk]
+        self.kq, self.kk, self.kv = self.q, self.k, self.v
+        self.bk = block_for(self.dtype, self.n_parts * self.dp)
+        self.c, self.bt, self.warps, self.stages = TILES[self.dtype, self.bk]
+        self.prec = PRECISION[self.dtype]
         self.launch = dict(num_warps=self.warps, num_stages=self.stages)
         self.nt = triton.cdiv(self.dvp, self.bt)
         # Segments hold whole chunks of the backward's dq / dk kernels too (as csrc's make_plan).
-        c_value = VALUE_TILES[self.bits, block_for(self.bits, self.dvp)][0]
+        c_value = VALUE_TILES[self.dtype, block_for(self.dtype, self.dvp)][0]
+        if target_programs is None:  # as csrc: per multiprocessor of the device (an H100/H200's 132)
+            cuda = q.device.type == "cuda"
+            sms = torch.cuda.get_device_properties(q.device).multi_processor_count if cuda else 132
+            target_programs = programs_per_sm(self.bk) * sms
         self.g, self.l = segments(self.n, max(self.c, c_value), self.nt * self.h * self.b, target_programs,
                                   seg_len)
         self.f = self.n_parts * self.d
@@ -104,7 +111,7 @@ class _Setup:
         x = torch.empty(self.b, self.hkv, self.g, self.ep, dtype=torch.float32, device=self.q.device)
         K.la_state_kernel[(self.nt * self.g * self.b * self.hkv,)](
             self.kk, self.kv, self.wc, self.ws, x,
-            self.hkv, self.n, *self.dims(), self.g, self.l, self.phi_kind, self.f16, self.n_parts,
+            self.hkv, self.n, *self.dims(), self.g, self.l, self.phi_kind, self.n_parts,
             *_st(self.k), *_st(self.v), self.sw_b, self.ep,
             C=self.c, BK=self.bk, BT=self.bt, PREC=self.prec, **self.launch)
         self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
@@ -127,7 +134,7 @@ def _unpad(t: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
-            return_state=False, target_programs=528, seg_len=None):
+            return_state=False, target_programs=None, seg_len=None):
     """(out, S_final or None, z_final or None); states fp32 [B, Hkv, F, Dv] and [B, Hkv, F]."""
     st = _Setup(q, k, v, phi, causal, cos, sin, target_programs, seg_len)
     dev = q.device
@@ -139,18 +146,18 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
     s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = st.forward_states(s0, z0, None if single else sf, None if single else zf)
     out = torch.empty(st.b, st.h, st.n, st.dvp, dtype=q.dtype, device=dev)
     K.la_fwd_kernel[(st.nt * st.n_rep * st.g * st.b * st.hkv,)](
-        st.kq, st.kk, st.kv, kernel_view(out), st.wc, st.ws, s, z,
+        st.kq, st.kk, st.kv, out, st.wc, st.ws, s, z,
         sf if sf is not None else st.dummy, zf if zf is not None else st.dummy, st.dummy, st.dummy,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
-        st.phi_kind, st.f16, st.normalize, st.causal, st.n_parts, has_s, int(return_state and single), 0,
+        st.phi_kind, st.normalize, st.n_parts, has_s, int(return_state and single), 0,
         scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(out),
         st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
-        C=st.c, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
+        C=st.c, CAUSAL=st.causal, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
     return _unpad(out, st.dv), sf, zf
 
 
 def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
-             ds_fin=None, dz_fin=None, state_grad=False, target_programs=528, seg_len=None):
+             ds_fin=None, dz_fin=None, state_grad=False, target_programs=None, seg_len=None):
     """(dq, dk, dv, dS0 or None, dz0 or None)."""
     st = _Setup(q, k, v, phi, causal, cos, sin, target_programs, seg_len)
     dev = q.device
@@ -162,26 +169,26 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         den = torch.empty(st.b, st.h, st.n, dtype=torch.float32, device=dev)
         dl = torch.empty(st.b, st.h, st.nt, st.n, dtype=torch.float32, device=dev)
         K.la_fwd_kernel[(st.nt * st.n_rep * st.g * st.b * st.hkv,)](
-            st.kq, st.kk, st.kv, kernel_view(do), st.wc, st.ws, s, z, st.dummy, st.dummy, den, dl,
+            st.kq, st.kk, st.kv, do, st.wc, st.ws, s, z, st.dummy, st.dummy, den, dl,
             st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
-            st.phi_kind, st.f16, st.normalize, st.causal, st.n_parts, has_s, 0, 1,
+            st.phi_kind, st.normalize, st.n_parts, has_s, 0, 1,
             scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do),
             st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
-            C=st.c, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
-    bkv = block_for(st.bits, st.dvp)
-    c2, bf, w2, s2, _ = VALUE_TILES[st.bits, bkv]
+            C=st.c, CAUSAL=st.causal, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
+    bkv = block_for(st.dtype, st.dvp)
+    c2, bf, w2, s2 = VALUE_TILES[st.dtype, bkv]
     launch2 = dict(num_warps=w2, num_stages=s2)
     nf = triton.cdiv(st.dp, bf // st.n_parts)
     need_rseg = st.g > 1 or not st.causal or state_grad
     rs = torch.empty(st.b, st.h, st.g, st.ep, dtype=torch.float32, device=dev) if need_rseg else st.dummy
     dq = torch.empty(st.b, st.h, st.n, st.dp, dtype=q.dtype, device=dev)
     K.la_bwd_dq_kernel[(nf * st.n_rep * st.g * st.b * st.hkv,)](
-        st.kq, st.kk, st.kv, kernel_view(do), kernel_view(dq), st.wc, st.ws, s, z, den, dl, rs,
+        st.kq, st.kk, st.kv, do, dq, st.wc, st.ws, s, z, den, dl, rs,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l, nt_stats,
-        st.phi_kind, st.f16, st.normalize, st.causal, st.n_parts, has_s, int(need_rseg),
+        st.phi_kind, st.normalize, st.n_parts, has_s, int(need_rseg),
         scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dq),
         st.sw_b, ss_bh, ss_g, sz_bh, sz_g, st.ep,
-        C=c2, BF=bf, BKV=bkv, PREC=st.prec, **launch2)
+        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, **launch2)
     ds0 = dz0 = None
     if state_grad:
         ds0 = torch.empty(st.b, st.hkv, st.f, st.dv, dtype=torch.float32, device=dev)
@@ -203,19 +210,19 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
     dk = torch.empty(st.b, st.hkv, st.n, st.dp, dtype=q.dtype, device=dev)
     dv = torch.empty(st.b, st.hkv, st.n, st.dvp, dtype=q.dtype, device=dev)
     K.la_bwd_dv_kernel[(st.nt * st.g * st.b * st.hkv,)](
-        st.kq, st.kk, kernel_view(do), kernel_view(dv), st.wc, st.ws, r, den,
+        st.kq, st.kk, do, dv, st.wc, st.ws, r, den,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
-        st.phi_kind, st.f16, st.normalize, st.causal, st.n_parts, has_r,
+        st.phi_kind, st.normalize, st.n_parts, has_r,
         scale, *_st(st.q), *_st(st.k), *_st(do), *_st(dv),
         st.sw_b, sr_bh, sr_g,
-        C=st.c, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
+        C=st.c, CAUSAL=st.causal, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
     K.la_bwd_dk_kernel[(nf * st.g * st.b * st.hkv,)](
-        st.kq, st.kk, st.kv, kernel_view(do), kernel_view(dk), st.wc, st.ws, r, rz, den, dl,
+        st.kq, st.kk, st.kv, do, dk, st.wc, st.ws, r, rz, den, dl,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l, nt_stats,
-        st.phi_kind, st.f16, st.normalize, st.causal, st.n_parts, has_r,
+        st.phi_kind, st.normalize, st.n_parts, has_r,
         scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dk),
         st.sw_b, sr_bh, sr_g, srz_bh, srz_g,
-        C=c2, BF=bf, BKV=bkv, PREC=st.prec, **launch2)
+        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, **launch2)
     return _unpad(dq, st.d), _unpad(dk, st.d), _unpad(dv, st.dv), ds0, dz0
 
 

@@ -315,18 +315,22 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cpu(
 // ---- CUDA: the Triton kernels --------------------------------------------------------------------
 
 constexpr int64_t kMaxHeadDim = 256;
-// Segments are sized so that the main kernels have about this many programs per multiprocessor.
-constexpr int64_t kProgramsPerSM = 4;
+
+// Segments are sized so that the main kernels have about this many programs per multiprocessor:
+// on the H200 (benchmarks/tune_linear_attn.py) 4 was best with 64 features (B4 H16 N4096), 8 with
+// 128 and more (B1 H16 N65536: 2.2 against 2.8 ms), where few heads leave long sequences to split.
+int64_t programs_per_sm(int64_t block) {
+  return block <= 64 ? 4 : 8;
+}
 
 int64_t pad16(int64_t x) {
   return (x + 15) / 16 * 16;
 }
 
-// The smallest feature block built for `bits`-bit tensors (spec.py BLOCKS) that holds `width` columns.
-int64_t block_for(int64_t bits, int64_t width) {
+// The smallest feature block built for `dtype` tensors (spec.py BLOCKS) that holds `width` columns.
+int64_t block_for(at::ScalarType dtype, int64_t width) {
   for (int64_t b = 16; b <= kMaxHeadDim; b *= 2) {
-    const bool built = bits == 16 ? aot::la_fwd16_built({b}) : aot::la_fwd32_built({b});
-    if (b >= width && built) return b;
+    if (b >= width && aot::la_state_built({dtype, b})) return b;
   }
   TORCH_CHECK_VALUE(false, "neuralops.linear_attn: ", width, " columns exceed the largest block");
 }
@@ -381,7 +385,8 @@ struct Plan {
   Shape sh;
   Phi phi;
   bool causal;
-  int64_t bits, f16, dp, dvp, bk, c, bt, nt, g, l, f, fd, e, ep;
+  at::ScalarType dtype;
+  int64_t dp, dvp, bk, c, bt, nt, g, l, f, fd, e, ep;
   Tensor q, k, v;  // kernel-ready inputs
   Weights w;
 };
@@ -394,8 +399,7 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
                     "neuralops.linear_attn: the CUDA kernels take D and Dv up to ", kMaxHeadDim,
                     " (D up to 128 under Cosformer), got D=", sh.d, ", Dv=", sh.dv,
                     sh.parts == 2 ? " with Cosformer" : "", "; use linear_attn_pytorch_fallback");
-  p.bits = q.element_size() * 8;
-  p.f16 = q.scalar_type() == at::kHalf;
+  p.dtype = q.scalar_type();
   p.dp = pad16(sh.d);
   p.dvp = pad16(sh.dv);
   // Padding columns must have zero features: phi(0) = 0, except elu+1 where exp(-inf) = 0.
@@ -403,27 +407,20 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   p.q = kernel_input(q, p.dp, fill);
   p.k = kernel_input(k, p.dp, fill);
   p.v = kernel_input(v, p.dvp, 0.0);
-  p.bk = block_for(p.bits, sh.parts * p.dp);
-  if (p.bits == 16) {
-    const auto cx = aot::la_fwd16_constexprs({p.bk});
-    p.c = cx.C;
-    p.bt = cx.BT;
-  } else {
-    const auto cx = aot::la_fwd32_constexprs({p.bk});
-    p.c = cx.C;
-    p.bt = cx.BT;
-  }
+  p.bk = block_for(p.dtype, sh.parts * p.dp);
+  const auto cx = aot::la_state_constexprs({p.dtype, p.bk});  // the forward's tiles too (spec.py TILES)
+  p.c = cx.C;
+  p.bt = cx.BT;
   p.nt = ceil_div(p.dvp, p.bt);
   // A segment must hold whole chunks of every kernel that walks it, and the backward's dq and dk
   // kernels chunk by their own tile (C of VALUE_TILES), which can exceed the forward's: a segment
   // of 32 rows walked in chunks of 64 summed the next segment's rows into its reverse state.
-  const int64_t bkv = block_for(p.bits, p.dvp);
-  const int64_t c_value =
-      p.bits == 16 ? aot::la_bwd_dq16_constexprs({bkv}).C : aot::la_bwd_dq32_constexprs({bkv}).C;
+  const int64_t bkv = block_for(p.dtype, p.dvp);
+  const int64_t c_value = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal}).C;
   const int64_t quantum = std::max(p.c, c_value);
   const int64_t nc = ceil_div(sh.n, quantum);
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
-  const int64_t target = kProgramsPerSM * runtime::multiprocessor_count(q.get_device());
+  const int64_t target = programs_per_sm(p.bk) * runtime::multiprocessor_count(q.get_device());
   const int64_t g = std::clamp<int64_t>(ceil_div(target, per_segment), 1, std::max<int64_t>(nc, 1));
   const int64_t chunks = ceil_div(std::max<int64_t>(nc, 1), g);
   p.g = ceil_div(std::max<int64_t>(nc, 1), chunks);
@@ -445,27 +442,6 @@ struct Segments {
 
 runtime::LaunchConfig config(const Tensor& t, int64_t programs, const char* what) {
   return launch_config(t, programs, 1, 1, what);
-}
-
-template <typename... A>
-void launch_state(const Plan& p, const runtime::LaunchConfig& c, A... a) {
-  p.bits == 16 ? aot::la_state16({p.bk}, c, a...) : aot::la_state32({p.bk}, c, a...);
-}
-template <typename... A>
-void launch_fwd(const Plan& p, const runtime::LaunchConfig& c, A... a) {
-  p.bits == 16 ? aot::la_fwd16({p.bk}, c, a...) : aot::la_fwd32({p.bk}, c, a...);
-}
-template <typename... A>
-void launch_dv(const Plan& p, const runtime::LaunchConfig& c, A... a) {
-  p.bits == 16 ? aot::la_bwd_dv16({p.bk}, c, a...) : aot::la_bwd_dv32({p.bk}, c, a...);
-}
-template <typename... A>
-void launch_dq(const Plan& p, int64_t bkv, const runtime::LaunchConfig& c, A... a) {
-  p.bits == 16 ? aot::la_bwd_dq16({bkv}, c, a...) : aot::la_bwd_dq32({bkv}, c, a...);
-}
-template <typename... A>
-void launch_dk(const Plan& p, int64_t bkv, const runtime::LaunchConfig& c, A... a) {
-  p.bits == 16 ? aot::la_bwd_dk16({bkv}, c, a...) : aot::la_bwd_dk32({bkv}, c, a...);
 }
 
 int64_t st(const Tensor& t, int64_t dim) {
@@ -497,9 +473,10 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
   }
   const Shape& sh = p.sh;
   buffer = at::empty({sh.b, sh.hkv, p.g, p.ep}, p.q.options().dtype(at::kFloat));
-  launch_state(p, config(p.q, p.nt * p.g * sh.b * sh.hkv, "linear_attn state"), p.k.const_data_ptr(),
+  aot::la_state({p.dtype, p.bk}, config(p.q, p.nt * p.g * sh.b * sh.hkv, "linear_attn state"),
+                p.k.const_data_ptr(),
                p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), sh.hkv, sh.n, p.dp, p.dvp, sh.d,
-               sh.dv, p.g, p.l, p.phi.kind, p.f16, sh.parts, st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0),
+               sh.dv, p.g, p.l, p.phi.kind, sh.parts, st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0),
                st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
   scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z);
   const float* base = buffer.const_data_ptr<float>();
@@ -538,11 +515,11 @@ std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, co
   const Segments seg = forward_states(p, s0, z0, return_state && !single ? &sf : nullptr,
                                       return_state && !single ? &zf : nullptr, buffer);
   Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
-  launch_fwd(p, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"), p.q.const_data_ptr(), p.k.const_data_ptr(),
-             p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
-             return_state ? sf.mutable_data_ptr() : nullptr, return_state ? zf.mutable_data_ptr() : nullptr, nullptr,
-             nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, p.f16, phi.normalize, causal,
-             sh.parts, seg.has, return_state && single, 0, static_cast<float>(scale), static_cast<float>(eps),
+  aot::la_fwd({p.dtype, p.bk, causal}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"),
+              p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(),
+              p.w.s(), seg.s, seg.z, return_state ? sf.mutable_data_ptr() : nullptr,
+              return_state ? zf.mutable_data_ptr() : nullptr, nullptr, nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp,
+              sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, return_state && single, 0, static_cast<float>(scale), static_cast<float>(eps),
              st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
              st(p.v, 2), st(out, 0), st(out, 1), st(out, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
   return {unpad(out, sh.dv), sf, zf};
@@ -574,26 +551,28 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   if (phi.normalize) {
     den = at::empty({sh.b, sh.h, sh.n}, f32);
     dl = at::empty({sh.b, sh.h, p.nt, sh.n}, f32);
-    launch_fwd(p, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"), p.q.const_data_ptr(),
+    aot::la_fwd({p.dtype, p.bk, causal}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"),
+               p.q.const_data_ptr(),
                p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
                nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), sh.h, sh.hkv, sh.n, p.dp, p.dvp,
-               sh.d, sh.dv, p.g, p.l, phi.kind, p.f16, phi.normalize, causal, sh.parts, seg.has, 0, 1,
+               sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, 0, 1,
                static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
                st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2),
                p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
   }
   const void* den_ptr = phi.normalize ? den.const_data_ptr() : nullptr;
   const void* dl_ptr = phi.normalize ? dl.const_data_ptr() : nullptr;
-  const int64_t bkv = block_for(p.bits, p.dvp);
-  const int64_t bf = p.bits == 16 ? aot::la_bwd_dq16_constexprs({bkv}).BF : aot::la_bwd_dq32_constexprs({bkv}).BF;
+  const int64_t bkv = block_for(p.dtype, p.dvp);
+  const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal}).BF;
   const int64_t nf = ceil_div(p.dp, bf / sh.parts);
   const bool need_rseg = p.g > 1 || !causal || state_grad;
   const Tensor rs = need_rseg ? at::empty({sh.b, sh.h, p.g, p.ep}, f32) : Tensor();
   Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
-  launch_dq(p, bkv, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
+  aot::la_bwd_dq({p.dtype, bkv, causal}, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"),
+            p.q.const_data_ptr(),
             p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(),
             p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, need_rseg ? rs.mutable_data_ptr() : nullptr, sh.h, sh.hkv, sh.n,
-            p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats, phi.kind, p.f16, phi.normalize, causal, sh.parts, seg.has,
+            p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats, phi.kind, phi.normalize, sh.parts, seg.has,
             need_rseg, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1),
             st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0),
             st(dq, 1), st(dq, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g, p.ep);
@@ -612,16 +591,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   }
   Tensor dk = kernel_output(sh.b, sh.hkv, sh.n, p.dp, k);
   Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
-  launch_dv(p, config(q, p.nt * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"), p.q.const_data_ptr(),
+  aot::la_bwd_dv({p.dtype, p.bk, causal}, config(q, p.nt * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"),
+                 p.q.const_data_ptr(),
             p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, den_ptr,
-            sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, p.f16, phi.normalize, causal, sh.parts,
+            sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts,
             rev.has, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1),
             st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1), st(dv, 2), p.w.stride_b,
             rev.s_bh, rev.s_g);
-  launch_dk(p, bkv, config(q, nf * p.g * sh.b * sh.hkv, "linear_attn_bwd dk"), p.q.const_data_ptr(),
+  aot::la_bwd_dk({p.dtype, bkv, causal}, config(q, nf * p.g * sh.b * sh.hkv, "linear_attn_bwd dk"),
+                 p.q.const_data_ptr(),
             p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dk.mutable_data_ptr(), p.w.c(),
             p.w.s(), rev.s, rev.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats,
-            phi.kind, p.f16, phi.normalize, causal, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0),
+            phi.kind, phi.normalize, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0),
             st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
             st(dout, 0), st(dout, 1), st(dout, 2), st(dk, 0), st(dk, 1), st(dk, 2), p.w.stride_b, rev.s_bh, rev.s_g,
             rev.z_bh, rev.z_g);

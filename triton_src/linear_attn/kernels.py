@@ -26,10 +26,12 @@ d0 + c; under Cosformer, column c < W/2 is (0, d0 + c) and column c >= W/2 is (1
 Both halves come from one row of the input (two contiguous masked loads, the second an L1 hit), so
 the doubled features exist only in registers.
 
-Run-time switches (phi, normalization, causal, Cosformer, states, stats) are uniform arithmetic, load
-masks or branches around dots, never branches around loads: the loads stay at the top of the loop,
-where Triton software-pipelines them, and a switched-off input is a fully masked load that moves no
-bytes (bidirectional mode masks the intra-chunk keys and values and skips their dots).
+Causal or bidirectional is compiled in (CAUSAL): as a run-time branch it cost registers enough to
+spill. The other switches (phi, normalization, Cosformer, states, stats) run-time: uniform
+arithmetic, load masks or branches around dots, never branches around loads, which stay at the top
+of the loop where Triton software-pipelines them; a switched-off input is a fully masked load that
+moves no bytes. Loads clamp rows past the end to the last row instead of masking them (see
+_row_ptrs).
 
 Algorithm. The sequence is cut into G segments of L tokens (a multiple of the chunk C). Programs own
 one segment and walk its chunks in order with the running state in registers (no N x N matrix, no
@@ -53,11 +55,13 @@ dout_i . out_i, ``la_bwd_dq_kernel`` dq and each segment's sum of qf^T g (for th
 head (GQA: K and V are never expanded). Each pass tiles its output: Dv-tiled passes hold all F
 features (the contraction of s_ij), dq and dk tiles of features hold all of Dv.
 
-Precision. 16-bit tensors (fp16 and bf16 share one variant: the kernels read their bits as int16
-and convert by a run-time flag) go through tf32 dots on fp32 operands. With bf16 operands for the
-computed features, A, states and g, the interpreter measured 1.0e-2 to 1.4e-2 norm-wise error
-against float64 (the bound is 1e-2); with tf32, 3e-3, the output's own rounding. fp16 operands
-would overflow: z and S grow with N. fp32 tensors use tf32x3 (fp32 accuracy). Accumulation is
+Precision (spec.PRECISION). bf16 tensors use bf16 dot operands, the tensor cores' full rate: the
+features, A, v, g and dout round to bf16, and a running state enters its dots as a hi + lo pair of
+bf16 halves (_mm_state), since one rounding of it cost the normalized map's dq about 1e-2 (the
+bf16 bound). A float64 emulation of this scheme on random inputs gave 2e-3 (out) and 6e-3 (dq)
+norm-wise error at N = 512 to 4096, D = 64 and 128, flat in N. fp16 tensors use tf32 dots on fp32
+operands: fp16 operands would overflow (S and z grow with N), and bf16 ones would cost fp16's
+tighter bound (dq 6.5e-3 against 5e-3). fp32 tensors use tf32x3 (fp32 accuracy). Accumulation is
 always fp32.
 
 The naive references the kernels are tested against are the ``*_reference`` functions below.
@@ -133,8 +137,10 @@ def attention_reference(q, k, v, phi_kind, normalize, causal, weights, scale, ep
 
 @triton.jit
 def _mm(a, b, PREC: tl.constexpr):
-    """a @ b on fp32 operands with fp32 accumulation: PREC 2 tf32, 3 tf32x3 (fp32 accuracy)."""
-    if PREC == 2:
+    """a @ b with fp32 accumulation: PREC 1 bf16 operands, 2 tf32, 3 tf32x3 (fp32 accuracy)."""
+    if PREC == 1:
+        out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    elif PREC == 2:
         out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
     else:
         out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
@@ -142,34 +148,58 @@ def _mm(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def _load_in(ptrs, mask, f16):
-    """An input tile as fp32. 16-bit tensors arrive as int16 bits (one variant for fp16 and bf16);
-    f16 says which format they hold."""
-    if ptrs.dtype.element_ty == tl.int16:
-        bits = tl.load(ptrs, mask=mask, other=0)
-        x = tl.where(f16 != 0, bits.to(tl.float16, bitcast=True).to(tl.float32),
-                     bits.to(tl.bfloat16, bitcast=True).to(tl.float32))
+def _mma(a, b, acc, PREC: tl.constexpr):
+    """acc + a @ b, accumulated in place (no second fp32 tile in registers)."""
+    if PREC == 1:
+        out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)
+    elif PREC == 2:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32")
     else:
-        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    return x
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32x3")
+    return out
 
 
 @triton.jit
-def _store_out(ptrs, x, mask, f16):
-    """Stores an fp32 tile in the tensor's format (rounded to nearest)."""
-    if ptrs.dtype.element_ty == tl.int16:
-        bits = tl.where(f16 != 0, x.to(tl.float16).to(tl.int16, bitcast=True),
-                        x.to(tl.bfloat16).to(tl.int16, bitcast=True))
-        tl.store(ptrs, bits, mask=mask)
+def _mm_state(a, st, PREC: tl.constexpr):
+    """a @ st for a running fp32 state st: with bf16 operands, st goes in as hi + lo halves (two
+    dots), so it keeps 16 bits of mantissa; one bf16 rounding of the state cost the dq of the
+    normalized map about 1e-2 (the bf16 bound) on the interpreter tests."""
+    if PREC == 1:
+        hi = st.to(tl.bfloat16)
+        out = tl.dot(a.to(tl.bfloat16), hi)
+        out = tl.dot(a.to(tl.bfloat16), (st - hi.to(tl.float32)).to(tl.bfloat16), out)
     else:
-        tl.store(ptrs, x.to(ptrs.dtype.element_ty), mask=mask)
+        out = _mm(a, st, PREC)
+    return out
+
+
+@triton.jit
+def _op(x, PREC: tl.constexpr):
+    """x as a dot operand: bf16 for PREC 1 (half the registers of the fp32 tile), else fp32."""
+    if PREC == 1:
+        y = x.to(tl.bfloat16)
+    else:
+        y = x.to(tl.float32)
+    return y
+
+
+@triton.jit
+def _load_in(ptrs, mask):
+    """An input tile in its own dtype (zero where masked)."""
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def _store_out(ptrs, x, mask):
+    """Stores an fp32 tile in the tensor's dtype (rounded to nearest)."""
+    tl.store(ptrs, x.to(ptrs.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _phi(x, phi_kind):
     """identity (0), elu+1 (1), relu (2), without branches: x > 0 -> x (+1 for elu+1), else x, exp(x), 0."""
     low = tl.where(phi_kind == 0, x, tl.where(phi_kind == 1, tl.exp(tl.minimum(x, 0.0)), 0.0))
-    return tl.where(x > 0, x + (phi_kind == 1).to(tl.float32), low)
+    return tl.where(x > 0, x + (phi_kind == 1) * 1.0, low)
 
 
 @triton.jit
@@ -186,28 +216,39 @@ def _half_width(W: tl.constexpr, n_parts):
 
 @triton.jit
 def _position_weights(wc_ptr, ws_ptr, rows, N, n_parts):
-    """(cos, sin) weights of the rows; (1, 1) without Cosformer (a masked load: no bytes)."""
+    """(cos, sin) weights of the rows; (1, 1) without Cosformer (a masked load: no bytes); (0, 0)
+    for rows past the end, which zeroes their features."""
     m = (rows < N) & (n_parts == 2)
-    return tl.load(wc_ptr + rows, mask=m, other=1.0), tl.load(ws_ptr + rows, mask=m, other=1.0)
+    wc = tl.load(wc_ptr + rows, mask=m, other=1.0)
+    ws = tl.load(ws_ptr + rows, mask=m, other=1.0)
+    return tl.where(rows < N, wc, 0.0), tl.where(rows < N, ws, 0.0)
 
 
 @triton.jit
-def _features(ptr, rows, N, sn, d0, D, wc, ws, n_parts, phi_kind, f16, mult, on, W: tl.constexpr):
+def _row_ptrs(ptr, rows, N, sn):
+    """Row pointers with rows past the end clamped to the last row: loads need no row mask (whose
+    per-element predicates the software pipeline would carry in registers); what those rows read
+    is multiplied by zero weights or never stored."""
+    return ptr + tl.minimum(rows, N - 1)[:, None].to(tl.int64) * sn
+
+
+@triton.jit
+def _features(ptr, rows, N, sn, d0, D, wc, ws, n_parts, phi_kind, mult, on, W: tl.constexpr):
     """The [C, W] fp32 feature tile of `rows` starting at feature d0 (layout in the module doc),
-    zero outside the tensor; `on` = 0 gives zeros without reading."""
+    zero outside the tensor (rows past N through their zero weights); `on` = 0 gives zeros
+    without reading."""
     hw = _half_width(W, n_parts)
     c = tl.arange(0, W)
-    r_ok = (rows < N) & (on != 0)
-    row_ptr = ptr + rows[:, None].to(tl.int64) * sn
-    d = d0 + c - (c >= hw).to(tl.int32) * hw
-    m = r_ok[:, None] & (d < D)[None, :]
-    x = _load_in(row_ptr + d[None, :], m, f16)
+    # Runs of 8 columns are contiguous in either layout (W / 2 >= 8): 16-byte loads of 16-bit data.
+    d = tl.max_contiguous(tl.multiple_of(d0 + c - (c >= hw).to(tl.int32) * hw, 8), 8)
+    m = ((d < D) & (on != 0))[None, :]
+    x = _load_in(_row_ptrs(ptr, rows, N, sn) + d[None, :], m).to(tl.float32)
     f = tl.where(m, _phi(x, phi_kind), 0.0)
     return f * (tl.where(c < hw, wc[:, None], ws[:, None]) * mult)
 
 
 @triton.jit
-def _store_feature_grad(gf, ptr, out_ptr, rows, N, sn, so_n, d0, D, wc, ws, n_parts, phi_kind, f16, mult,
+def _store_feature_grad(gf, ptr, out_ptr, rows, N, sn, so_n, d0, D, wc, ws, n_parts, phi_kind, mult,
                         W: tl.constexpr):
     """Chain rule from the gradient of a feature tile (layout of _features) to its input rows: one
     part stores the W columns, Cosformer sums the two halves into W / 2 columns."""
@@ -220,13 +261,13 @@ def _store_feature_grad(gf, ptr, out_ptr, rows, N, sn, so_n, d0, D, wc, ws, n_pa
     out_rows = out_ptr + rows[:, None].to(tl.int64) * so_n
     d1 = d0 + c
     m1 = r_ok[:, None] & ((n_parts == 1) & (d1 < D))[None, :]
-    x1 = _load_in(in_rows + d1[None, :], m1, f16)
-    _store_out(out_rows + d1[None, :], weighted * _dphi(x1, phi_kind), m1, f16)
+    x1 = _load_in(in_rows + d1[None, :], m1).to(tl.float32)
+    _store_out(out_rows + d1[None, :], weighted * _dphi(x1, phi_kind), m1)
     halves = tl.sum(tl.reshape(weighted, (C, 2, W // 2)), 1)
     d2 = d0 + tl.arange(0, W // 2)
     m2 = r_ok[:, None] & ((n_parts == 2) & (d2 < D))[None, :]
-    x2 = _load_in(in_rows + d2[None, :], m2, f16)
-    _store_out(out_rows + d2[None, :], halves * _dphi(x2, phi_kind), m2, f16)
+    x2 = _load_in(in_rows + d2[None, :], m2).to(tl.float32)
+    _store_out(out_rows + d2[None, :], halves * _dphi(x2, phi_kind), m2)
 
 
 @triton.jit
@@ -256,7 +297,7 @@ def _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, NT, normalize):
 @triton.jit
 def la_state_kernel(
     k_ptr, v_ptr, wc_ptr, ws_ptr, x_ptr,
-    HKV, N, D, DV, DS, DVS, G, L, phi_kind, f16, n_parts,
+    HKV, N, D, DV, DS, DVS, G, L, phi_kind, n_parts,
     sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sw_b, EP,
     C: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
 ):
@@ -277,10 +318,10 @@ def la_state_kernel(
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + tl.arange(0, C)
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
-        kf = _features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, f16, 1.0, 1, BK)
-        vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :], (rows < N)[:, None] & v_ok[None, :], f16)
-        s += _mm(tl.trans(kf), vt, PREC)
-        z += tl.sum(kf, 0)
+        kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BK), PREC)
+        vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], v_ok[None, :])
+        s = _mma(tl.trans(kf), vt, s, PREC)
+        z += tl.sum(kf.to(tl.float32), 0)
     frow, f_ok = _state_rows(BK, 0, DS, n_parts)
     base = x_ptr + (bk.to(tl.int64) * G + g) * EP
     tl.store(base + frow[:, None] * DVS + vc[None, :], s, mask=f_ok[:, None] & (vc < DVS)[None, :])
@@ -333,14 +374,14 @@ def la_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, wc_ptr, ws_ptr,
     s_ptr, z_ptr, sf_ptr, zf_ptr, den_ptr, dl_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L,
-    phi_kind, f16, normalize, causal, n_parts, has_s, write_final, stats,
+    phi_kind, normalize, n_parts, has_s, write_final, stats,
     scale, eps,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
     sw_b, ss_bh, ss_g, sz_bh, sz_g,
-    C: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+    C: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
 ):
     """Outputs of segment g for query head h and Dv tile t, starting from the state (s, z)[b, hk, g]
-    (ss_g = sz_g = 0: one state for every segment, as in bidirectional mode, where causal = 0
+    (ss_g = sz_g = 0: one state for every segment, as in bidirectional mode, where CAUSAL = 0
     leaves only out = qf S / (qf . z + eps)).
 
     stats != 0 (backward): o_ptr is grad_out (read), and instead of the output the kernel writes
@@ -374,26 +415,25 @@ def la_fwd_kernel(
         rows = c0 + ci
         r_ok = rows < N
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
-        qf = _features(qb, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind, f16, scale, 1, BK)
-        kf = _features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, f16, 1.0, causal, BK)
-        vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :],
-                      (r_ok & (causal != 0))[:, None] & v_ok[None, :], f16)
-        out = _mm(qf, s, PREC)
-        den = tl.sum(qf * z[None, :], 1) + eps
-        if causal != 0:  # dots only: the loads above stay unconditional, so they pipeline
+        qf = _op(_features(qb, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind, scale, 1, BK), PREC)
+        kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, CAUSAL, BK), PREC)
+        vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], (v_ok & (CAUSAL != 0))[None, :])
+        den = tl.sum(qf.to(tl.float32) * z[None, :], 1) + eps
+        out = _mm_state(qf, s, PREC)
+        if CAUSAL:  # dots only: the loads above stay unconditional, so they pipeline
             a = _mm(qf, tl.trans(kf), PREC)
             a = tl.where(ci[:, None] >= ci[None, :], a, 0.0)
-            out += _mm(a, vt, PREC)
             den += tl.sum(a, 1)
-            s += _mm(tl.trans(kf), vt, PREC)
-            z += tl.sum(kf, 0)
+            out = _mma(a, vt, out, PREC)
+            s = _mma(tl.trans(kf), vt, s, PREC)
+            z += tl.sum(kf.to(tl.float32), 0)
         out = out / tl.where(normalize != 0, den, 1.0)[:, None]
         o_rows = ob + rows[:, None].to(tl.int64) * so_n + vc[None, :]
         o_mask = r_ok[:, None] & v_ok[None, :]
-        dout = _load_in(o_rows, o_mask & (stats != 0), f16)
+        dout = _load_in(o_rows, o_mask & (stats != 0))
         tl.store(dl_ptr + (bh * nt + t) * N + rows, tl.sum(dout * out, 1), mask=r_ok & (stats != 0))
         tl.store(den_ptr + bh * N + rows, den, mask=r_ok & (stats != 0) & (t == 0))
-        _store_out(o_rows, out, o_mask & (stats == 0), f16)
+        _store_out(o_rows, out, o_mask & (stats == 0))
     fin = (write_final != 0) & (r == 0) & (g == G - 1)
     fd = n_parts * DS
     tl.store(sf_ptr + bk.to(tl.int64) * fd * DVS + frow[:, None] * DVS + vc[None, :], s, mask=st_mask & fin)
@@ -408,11 +448,11 @@ def la_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, wc_ptr, ws_ptr,
     s_ptr, z_ptr, den_ptr, dl_ptr, rs_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L, NT,
-    phi_kind, f16, normalize, causal, n_parts, has_s, need_rseg,
+    phi_kind, normalize, n_parts, has_s, need_rseg,
     scale,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdq_b, sdq_h, sdq_n,
     sw_b, ss_bh, ss_g, sz_bh, sz_g, EP,
-    C: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
+    C: tl.constexpr, CAUSAL: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
 ):
     """dq of segment g, query head h, feature tile ft (BF columns of F, all of Dv), in forward order
     from the forward state (s, z)[b, hk, g]. need_rseg: also writes the segment's (sum qf^T g,
@@ -448,17 +488,15 @@ def la_bwd_dq_kernel(
     ci = tl.arange(0, C)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + ci
-        r_ok = rows < N
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
-        dout = _load_in(db + rows[:, None].to(tl.int64) * sd_n + vc[None, :], r_ok[:, None] & v_ok[None, :], f16)
+        dout = _load_in(_row_ptrs(db, rows, N, sd_n) + vc[None, :], v_ok[None, :])
         inv, rr = _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, NT, normalize)
         gr = dout * inv[:, None]
-        kf = _features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, f16, 1.0, causal, BF)
-        vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :],
-                      (r_ok & (causal != 0))[:, None] & v_ok[None, :], f16)
-        qf = _features(qb, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind, f16, scale, need_rseg, BF)
-        gq = _mm(gr, tl.trans(s), PREC) + rr[:, None] * z[None, :]
-        if causal != 0:
+        kf = _features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, CAUSAL, BF)
+        vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], (v_ok & (CAUSAL != 0))[None, :])
+        qf = _features(qb, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind, scale, need_rseg, BF)
+        gq = _mm_state(gr, tl.trans(s), PREC) + rr[:, None] * z[None, :]
+        if CAUSAL:
             ds = _mm(dout, tl.trans(vt), PREC) * inv[:, None] + rr[:, None]
             ds = tl.where(ci[:, None] >= ci[None, :], ds, 0.0)
             gq += _mm(ds, kf, PREC)
@@ -467,7 +505,7 @@ def la_bwd_dq_kernel(
         if need_rseg != 0:
             rs += _mm(tl.trans(qf), gr, PREC)
             rho += tl.sum(qf * rr[:, None], 0)
-        _store_feature_grad(gq, qb, dqb, rows, N, sq_n, sdq_n, d0, D, wc, ws, n_parts, phi_kind, f16, scale, BF)
+        _store_feature_grad(gq, qb, dqb, rows, N, sq_n, sdq_n, d0, D, wc, ws, n_parts, phi_kind, scale, BF)
     base = rs_ptr + (bh * G + g) * EP
     keep = need_rseg != 0
     tl.store(base + frow[:, None] * DVS + vc[None, :], rs, mask=st_mask & keep)
@@ -478,15 +516,15 @@ def la_bwd_dq_kernel(
 def la_bwd_dv_kernel(
     q_ptr, k_ptr, do_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, den_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L,
-    phi_kind, f16, normalize, causal, n_parts, has_r,
+    phi_kind, normalize, n_parts, has_r,
     scale,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sd_b, sd_h, sd_n, sdv_b, sdv_h, sdv_n,
     sw_b, sr_bh, sr_g,
-    C: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+    C: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
 ):
     """dv of segment g, kv head hk, Dv tile t, in reverse order from R[b, hk, g] (the sum of qf^T g
     over later rows, dS_final included), summed over the query heads of hk; bidirectional mode
-    (causal = 0) leaves dv = kf R with R the total.
+    (CAUSAL = 0) leaves dv = kf R with R the total.
     Grid: Dv tiles x G x B*Hkv (fastest first)."""
     pid = tl.program_id(0)
     nt = tl.cdiv(DV, BT)
@@ -510,35 +548,35 @@ def la_bwd_dv_kernel(
         rows = s0 + (n_ch - 1 - i) * C + ci
         r_ok = rows < N
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
-        kf = _features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, f16, 1.0, 1, BK)
-        dv = _mm(kf, rt, PREC)
-        for rep in range(n_rep * causal):
+        kf = _features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BK)
+        dv = _mm_state(kf, rt, PREC)
+        for rep in range(n_rep * CAUSAL):
             h = hk * n_rep + rep
-            qf = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind, f16,
+            qf = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind,
                            scale, 1, BK)
             dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
-                            r_ok[:, None] & v_ok[None, :], f16)
+                            r_ok[:, None] & v_ok[None, :])
             inv = 1.0 / tl.load(den_ptr + (b * H + h) * N + rows, mask=r_ok & (normalize != 0), other=1.0)
             gr = dout * inv[:, None]
             at = _mm(kf, tl.trans(qf), PREC)
             at = tl.where(ci[None, :] >= ci[:, None], at, 0.0)
             dv += _mm(at, gr, PREC)
             rt += _mm(tl.trans(qf), gr, PREC)
-        _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv, r_ok[:, None] & v_ok[None, :], f16)
+        _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv, r_ok[:, None] & v_ok[None, :])
 
 
 @triton.jit
 def la_bwd_dk_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, wc_ptr, ws_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L, NT,
-    phi_kind, f16, normalize, causal, n_parts, has_r,
+    phi_kind, normalize, n_parts, has_r,
     scale,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdk_b, sdk_h, sdk_n,
     sw_b, sr_bh, sr_g, srz_bh, srz_g,
-    C: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
+    C: tl.constexpr, CAUSAL: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
 ):
     """dk of segment g, kv head hk, feature tile ft (all of Dv), in reverse order from
-    (R, rho)[b, hk, g], summed over the query heads of hk; bidirectional mode (causal = 0) leaves
+    (R, rho)[b, hk, g], summed over the query heads of hk; bidirectional mode (CAUSAL = 0) leaves
     dkf = v R^T + rho with the totals.
     Grid: feature tiles x G x B*Hkv (fastest first)."""
     pid = tl.program_id(0)
@@ -567,18 +605,18 @@ def la_bwd_dk_kernel(
         rows = s0 + (n_ch - 1 - i) * C + ci
         r_ok = rows < N
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
-        vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :], r_ok[:, None] & v_ok[None, :], f16)
-        gk = _mm(vt, tl.trans(rt), PREC) + rho[None, :]
-        for rep in range(n_rep * causal):
+        vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :], r_ok[:, None] & v_ok[None, :])
+        gk = _mm_state(vt, tl.trans(rt), PREC) + rho[None, :]
+        for rep in range(n_rep * CAUSAL):
             h = hk * n_rep + rep
-            qf = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind, f16,
+            qf = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind,
                            scale, 1, BF)
             dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
-                            r_ok[:, None] & v_ok[None, :], f16)
+                            r_ok[:, None] & v_ok[None, :])
             inv, rr = _row_grad_scales(den_ptr, dl_ptr, b * H + h, rows, N, NT, normalize)
             dst = _mm(vt, tl.trans(dout), PREC) * inv[None, :] + rr[None, :]
             dst = tl.where(ci[None, :] >= ci[:, None], dst, 0.0)
             gk += _mm(dst, qf, PREC)
             rt += _mm(tl.trans(qf), dout * inv[:, None], PREC)
             rho += tl.sum(qf * rr[:, None], 0)
-        _store_feature_grad(gk, kb, dkb, rows, N, sk_n, sdk_n, d0, D, wc, ws, n_parts, phi_kind, f16, 1.0, BF)
+        _store_feature_grad(gk, kb, dkb, rows, N, sk_n, sdk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, BF)

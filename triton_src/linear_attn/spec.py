@@ -1,13 +1,16 @@
 """The linear attention kernel specializations the build compiles (read by triton_src.aot).
 
-Each kernel comes in two specs: ``<name>16`` reads 16-bit tensors as int16 bits (fp16 or bf16, a
-run-time flag) and ``<name>32`` reads fp32. The key is one block size: the padded contraction
-dimension that a program holds in full (all F = parts * D features for the Dv-tiled kernels, all of
-Dv for the dq/dk kernels): 64, 128 and 256 for 16-bit tensors, 256 only for fp32 (tf32x3 dots,
-correctness rather than speed). Everything else (phi, normalization, causal, Cosformer, GQA,
-states, stats) is a run-time argument: 5 kernels * 4 blocks + the scan = 21 variants. Tiles keep
-the running state at most 32 KB of registers per program and shared memory under 99 KB (the
-opt-in limit of sm_86, sm_89 and sm_120, which also run the sm_80 cubins).
+Each kernel is keyed by dtype (bf16, fp16, fp32: the pointer types and the dot precision, see
+PRECISION) and one block size: the padded contraction dimension that a program holds in full (all
+F = parts * D features for the Dv-tiled kernels, all of Dv for the dq/dk kernels): 64, 128 and 256
+for 16-bit tensors, 256 only for fp32 (tf32x3 dots, correctness rather than speed). The four
+kernels with a causal and a bidirectional mode also take it as a key. Everything else (phi,
+normalization, Cosformer, GQA, states, stats) is a run-time argument: (1 + 4 * 2) kernels * 7
+(dtype, block) pairs + the scan = 64 variants. The bf16 tiles of blocks 64 and 128 come from the
+H200 sweep (benchmarks/tune_linear_attn.py: C 64, T 64) and the spill counts of the 3.8 cubins
+(benchmarks/cubin_stats.py: 8 warps at 128 features); the others keep the running
+state at most 32 KB of registers per program and shared memory under 99 KB (the opt-in limit of
+sm_86, sm_89 and sm_120, which also run the sm_80 cubins).
 
 Pointers to q, k, v and the gradients, their batch, head and row strides, and D and Dv carry
 16-divisibility hints in every variant: csrc/ops/linear_attn.cpp guarantees them, so there is no
@@ -16,16 +19,23 @@ unhinted variant.
 
 from triton_src.aot.spec import KernelSpec
 
-# (bits, block) -> (chunk rows C, tile of the other dimension, warps, stages, dot precision), for
-# the Dv-tiled kernels (block: all features) and the dq/dk kernels (block: all of Dv).
+# (dtype, block) -> (chunk rows C, tile of the other dimension, warps, stages), for the Dv-tiled
+# kernels (block: all features) and the dq/dk kernels (block: all of Dv).
 TILES = {
-    (16, 64): (64, 64, 4, 2, 2),
-    (16, 128): (32, 64, 8, 2, 2),
-    (16, 256): (32, 32, 8, 2, 2),
-    (32, 256): (16, 16, 4, 1, 3),
+    ("bf16", 64): (64, 64, 4, 3),
+    ("bf16", 128): (64, 64, 8, 2),
+    ("bf16", 256): (32, 32, 8, 2),
+    ("fp16", 64): (64, 64, 4, 2),
+    ("fp16", 128): (32, 64, 8, 2),
+    ("fp16", 256): (32, 32, 8, 2),
+    ("fp32", 256): (16, 16, 4, 1),
 }
-VALUE_TILES = {**TILES, (16, 256): (16, 32, 4, 2, 2)}  # 32 rows would need 108 KB of shared memory
-BLOCKS = {16: (64, 128, 256), 32: (256,)}
+# dq and dk spill less with 8 warps (benchmarks/cubin_stats.py); 16 rows at 256 for shared memory.
+VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 8, 2), ("bf16", 256): (16, 32, 4, 2), ("fp16", 256): (16, 32, 4, 2)}
+BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
+# Dot operands: bf16 tensors use bf16 (the tensor cores' full rate; within the bf16 tolerance),
+# fp16 tensors tf32 (fp16 operands would overflow: S and z grow with N), fp32 tensors tf32x3.
+PRECISION = {"bf16": 1, "fp16": 2, "fp32": 3}
 
 # Scan tile: GB segments x BE state elements per step.
 SCAN_CONSTEXPRS = {"BE": 256, "GB": 16}
@@ -49,7 +59,7 @@ def _ptrs(ptr: str, *names: str) -> tuple:
 
 def _state_params(ptr: str) -> tuple:
     return (*_ptrs(ptr, "k", "v"), *_W, ("x_ptr", _F32),
-            ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("phi_kind", _I), ("f16", _I), ("n_parts", _I),
+            ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("phi_kind", _I), ("n_parts", _I),
             *_strides("k", "v"), ("sw_b", "i64"), ("EP", "i64"))
 
 
@@ -57,7 +67,7 @@ def _fwd_params(ptr: str) -> tuple:
     return (*_ptrs(ptr, "q", "k", "v", "o"), *_W,
             *_ptrs(_F32, "s", "z", "sf", "zf", "den", "dl"),
             ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
-            ("phi_kind", _I), ("f16", _I), ("normalize", _I), ("causal", _I), ("n_parts", _I), ("has_s", _I),
+            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_s", _I),
             ("write_final", _I), ("stats", _I), ("scale", "fp32"), ("eps", "fp32"),
             *_strides("q", "k", "v", "o"),
             ("sw_b", "i64"), ("ss_bh", "i64"), ("ss_g", "i64"), ("sz_bh", "i64"), ("sz_g", "i64"))
@@ -67,7 +77,7 @@ def _dq_params(ptr: str) -> tuple:
     return (*_ptrs(ptr, "q", "k", "v", "do", "dq"), *_W,
             *_ptrs(_F32, "s", "z", "den", "dl", "rs"),
             ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("NT", _I),
-            ("phi_kind", _I), ("f16", _I), ("normalize", _I), ("causal", _I), ("n_parts", _I), ("has_s", _I),
+            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_s", _I),
             ("need_rseg", _I), ("scale", "fp32"),
             *_strides("q", "k", "v", "do", "dq"),
             ("sw_b", "i64"), ("ss_bh", "i64"), ("ss_g", "i64"), ("sz_bh", "i64"), ("sz_g", "i64"), ("EP", "i64"))
@@ -76,7 +86,7 @@ def _dq_params(ptr: str) -> tuple:
 def _dv_params(ptr: str) -> tuple:
     return (*_ptrs(ptr, "q", "k", "do", "dv"), *_W, *_ptrs(_F32, "r", "den"),
             ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
-            ("phi_kind", _I), ("f16", _I), ("normalize", _I), ("causal", _I), ("n_parts", _I), ("has_r", _I),
+            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_r", _I),
             ("scale", "fp32"),
             *_strides("q", "k", "do", "dv"),
             ("sw_b", "i64"), ("sr_bh", "i64"), ("sr_g", "i64"))
@@ -85,7 +95,7 @@ def _dv_params(ptr: str) -> tuple:
 def _dk_params(ptr: str) -> tuple:
     return (*_ptrs(ptr, "q", "k", "v", "do", "dk"), *_W, *_ptrs(_F32, "r", "rz", "den", "dl"),
             ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("NT", _I),
-            ("phi_kind", _I), ("f16", _I), ("normalize", _I), ("causal", _I), ("n_parts", _I), ("has_r", _I),
+            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_r", _I),
             ("scale", "fp32"),
             *_strides("q", "k", "v", "do", "dk"),
             ("sw_b", "i64"), ("sr_bh", "i64"), ("sr_g", "i64"), ("srz_bh", "i64"), ("srz_g", "i64"))
@@ -98,32 +108,39 @@ _SCAN_PARAMS = (
 )
 
 # kernel -> (parameters, name of the block key, name of the other tile's constexpr, tiles)
+# kernel -> (parameters, name of the block key, name of the other tile's constexpr, tiles, whether
+# causal is a key: compiled in rather than a run-time branch, it freed enough registers to cut the
+# 3.8 forward's spills at 128 features from 472 to 152 bytes per thread with 8 warps)
 _KERNELS = {
-    "la_state": (_state_params, "BK", "BT", TILES),
-    "la_fwd": (_fwd_params, "BK", "BT", TILES),
-    "la_bwd_dq": (_dq_params, "BKV", "BF", VALUE_TILES),
-    "la_bwd_dv": (_dv_params, "BK", "BT", TILES),
-    "la_bwd_dk": (_dk_params, "BKV", "BF", VALUE_TILES),
+    "la_state": (_state_params, "BK", "BT", TILES, False),
+    "la_fwd": (_fwd_params, "BK", "BT", TILES, True),
+    "la_bwd_dq": (_dq_params, "BKV", "BF", VALUE_TILES, True),
+    "la_bwd_dv": (_dv_params, "BK", "BT", TILES, True),
+    "la_bwd_dk": (_dk_params, "BKV", "BF", VALUE_TILES, True),
 }
 
 
-def _spec(name: str, bits: int) -> KernelSpec:
-    params, block, other, tiles = _KERNELS[name]
+def _spec(name: str) -> KernelSpec:
+    params, block, other, tiles, causal_key = _KERNELS[name]
 
     def tile(key: dict) -> tuple:
-        return tiles[bits, key[block]]
+        return tiles[key["dtype"], key[block]]
 
     def constexprs(key: dict) -> dict:
-        c, t, _, _, prec = tile(key)
-        return {"C": c, block: key[block], other: t, "PREC": prec}
+        c, t, _, _ = tile(key)
+        causal = {"CAUSAL": key["CAUSAL"]} if causal_key else {}
+        return {"C": c, block: key[block], other: t, "PREC": PRECISION[key["dtype"]], **causal}
 
-    return KernelSpec(name=f"{name}{bits}", function=f"{name}_kernel", params=params(f"*{'i16' if bits == 16 else 'fp32'}:16"),
-                      keys={block: BLOCKS[bits]}, constexprs=constexprs,
-                      num_warps=lambda key: tile(key)[2], num_stages=lambda key: tile(key)[3])
+    blocks = sorted({b for bs in BLOCKS.values() for b in bs})
+    keys = {"dtype": tuple(BLOCKS), block: tuple(blocks), **({"CAUSAL": (0, 1)} if causal_key else {})}
+    return KernelSpec(name=name, function=f"{name}_kernel", params=params("*{dtype}:16"), keys=keys,
+                      constexprs=constexprs,
+                      num_warps=lambda key: tile(key)[2], num_stages=lambda key: tile(key)[3],
+                      include=lambda key: key[block] in BLOCKS[key["dtype"]])
 
 
 KERNELS = [
-    *(_spec(name, bits) for name in _KERNELS for bits in (16, 32)),
+    *(_spec(name) for name in _KERNELS),
     KernelSpec(name="la_scan", function="la_scan_kernel", params=_SCAN_PARAMS, keys={"dtype": ("fp32",)},
                constexprs=lambda key: SCAN_CONSTEXPRS, num_warps=4, num_stages=2),
 ]

@@ -25,9 +25,10 @@ positions: ``cosformer_weights(n, max_len, start=offset)``); N = 1 with a state 
 one kernel launch. In bidirectional mode the initial state is added to every row's sums.
 Gradients flow to ``initial_state`` and from the returned state.
 
-Dtypes fp16, bf16, fp32 on CUDA (fp32 accumulation; 16-bit inputs use tf32 dots, fp32 tf32x3), any
-floating dtype on the fallback; D and Dv up to 256 on the kernels (D up to 128 under Cosformer), any
-N >= 1, any strides with a unit last stride (a transposed ``[B, N, H, D]`` view is read in place).
+Dtypes fp16, bf16, fp32 on CUDA (fp32 accumulation; dot operands in bf16 for bf16 tensors, tf32
+for fp16, tf32x3 for fp32), any floating dtype on the fallback; D and Dv up to 256 on the kernels
+(D up to 128 under Cosformer), any N >= 1, any strides with a unit last stride (a transposed
+``[B, N, H, D]`` view is read in place).
 Causal mode is chunked: O(N) memory, never an N x N matrix; the backward recomputes the forward's
 per-segment states and saves nothing but the inputs.
 
