@@ -421,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     where = torch.cuda.get_device_name() if device == "cuda" else f"cpu, {torch.get_num_threads()} threads"
     print(f"neuralops {neuralops.__version__}: library loaded: {info['loaded']}; device: {device} ({where})")
+    if not info["loaded"]:
+        print(f"  the ops run on their PyTorch fallbacks: {info['load_error']}")
     print("\n== ops against PyTorch")
     ok = check_ops(device)
     if not args.ops_only:
