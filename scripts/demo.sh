@@ -5,4 +5,5 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
-"$VENV/bin/python" -m neuralops.demo "$@"
+# -P: import the installed package (it has the compiled library), not the checkout's neuralops/.
+"$VENV/bin/python" -P -m neuralops.demo "$@"
