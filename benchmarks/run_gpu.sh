@@ -32,13 +32,13 @@ except ValueError as e:
     print('C++ exceptions reach Python:', e)") | tee -a "$OUT/info.txt" || echo "C++ EXCEPTION CRASHED THE PROCESS"
 
 step "GPU tests"
-timeout 240 $PY -m pytest tests/gpu -q -rs --durations=10 -p no:cacheprovider > "$OUT/tests-gpu.log" 2>&1
+timeout 240 $PY -m pytest tests/gpu -q -rfEs --durations=10 -p no:cacheprovider > "$OUT/tests-gpu.log" 2>&1
 tests_rc=$?
 tail -1 "$OUT/tests-gpu.log"
 grep -E "^(FAILED|ERROR)" "$OUT/tests-gpu.log" | head -20
 
 step "benchmarks"
-(cd "$OUT" && timeout 120 $PY -m neuralops.bench "$@" --json "$OUT/bench.json" --markdown "$OUT/bench.md") \
+(cd "$OUT" && timeout 240 $PY -m neuralops.bench "$@" --json "$OUT/bench.json" --markdown "$OUT/bench.md") \
   > "$OUT/bench.log" 2>&1 || tail -30 "$OUT/bench.log"
 (cd "$OUT" && timeout 40 $PY -m neuralops.bench.linear_attn --startup) | tee -a "$OUT/info.txt"
 

@@ -31,6 +31,30 @@ class Timer:
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def graphed(fn: Callable[[], Any]) -> Callable[[], None]:
+    """``fn`` captured in a CUDA graph, as its replay: timing the replay gives the GPU's time without
+    the host's per-launch cost, the way serving loops run decode steps (and where a small op's time
+    is otherwise the host's)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the capture: first calls may allocate or load modules
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def add_graphed(impls: dict[str, Callable[[], Any]], name: str, fn: Callable[[], Any]) -> None:
+    """impls[name] = graphed(fn), or a printed reason when fn cannot be captured (the case still runs)."""
+    try:
+        impls[name] = graphed(fn)
+    except RuntimeError as exc:
+        print(f"[bench] {name}: not timed, CUDA graph capture failed: {exc}")
+
+
 def copy_bandwidth(timer: Timer, nbytes: int = 2 * 1024**3) -> float:
     """Device-to-device copy rate in bytes/s, counting bytes read plus bytes written."""
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()

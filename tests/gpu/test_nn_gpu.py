@@ -40,13 +40,13 @@ def test_layer_forward_backward_matches_cpu(library_loaded, dtype, causal, cosfo
     x_cpu = x.clone().requires_grad_(True)
     x_gpu = x.to("cuda", dtype).requires_grad_(True)
     out_cpu, out_gpu = cpu(x_cpu), gpu(x_gpu)
-    assert rel_error(out_gpu, out_cpu) < TOL[dtype]
+    assert rel_error(out_gpu.cpu(), out_cpu) < TOL[dtype]
     g = torch.randn_like(out_cpu)
     out_cpu.backward(g)
     out_gpu.backward(g.to("cuda", dtype))
-    assert rel_error(x_gpu.grad, x_cpu.grad) < TOL[dtype]
+    assert rel_error(x_gpu.grad.cpu(), x_cpu.grad) < TOL[dtype]
     for (name, p_cpu), p_gpu in zip(cpu.named_parameters(), gpu.parameters()):
-        assert rel_error(p_gpu.grad, p_cpu.grad) < TOL[dtype], name
+        assert rel_error(p_gpu.grad.cpu(), p_cpu.grad) < TOL[dtype], name
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
