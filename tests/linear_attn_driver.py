@@ -8,7 +8,7 @@ import torch
 import triton
 
 from triton_src.linear_attn import kernels as K
-from triton_src.linear_attn.spec import BLOCKS, PRECISION, SCAN_CONSTEXPRS, TILES, VALUE_TILES
+from triton_src.linear_attn.spec import BLOCKS, DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS, TILES, VALUE_TILES
 
 
 def pad16(x: int) -> int:
@@ -24,6 +24,9 @@ def block_for(dtype: str, width: int) -> int:
         if b >= width:
             return b
     raise ValueError(f"no block holds {width} columns of {dtype} tensors")
+
+
+DECODE_MAX_ROWS = 4  # csrc/ops/linear_attn.cpp kDecodeMaxRows: causal calls this short take la_decode_kernel
 
 
 def programs_per_sm(block: int) -> int:
@@ -142,9 +145,19 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
     if return_state:
         sf = torch.empty(st.b, st.hkv, st.f, st.dv, dtype=torch.float32, device=dev)
         zf = torch.empty(st.b, st.hkv, st.f, dtype=torch.float32, device=dev)
+    out = torch.empty(st.b, st.h, st.n, st.dvp, dtype=q.dtype, device=dev)
+    if st.causal and st.n <= DECODE_MAX_ROWS:
+        bt = DECODE_BT[st.bk]
+        K.la_decode_kernel[(triton.cdiv(st.dvp, bt) * st.b * st.hkv,)](
+            st.kq, st.kk, st.kv, out, st.wc, st.ws,
+            s0 if s0 is not None else st.dummy, z0 if z0 is not None else st.dummy,
+            sf if sf is not None else st.dummy, zf if zf is not None else st.dummy,
+            st.h, st.hkv, st.n, *st.dims(), st.phi_kind, st.normalize, st.n_parts, int(s0 is not None),
+            int(return_state), scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(out), st.sw_b, st.fd, st.f,
+            BK=st.bk, BT=bt, num_warps=DECODE_WARPS, num_stages=1)
+        return _unpad(out, st.dv), sf, zf
     single = st.causal and st.g == 1
     s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = st.forward_states(s0, z0, None if single else sf, None if single else zf)
-    out = torch.empty(st.b, st.h, st.n, st.dvp, dtype=q.dtype, device=dev)
     K.la_fwd_kernel[(st.nt * st.n_rep * st.g * st.b * st.hkv,)](
         st.kq, st.kk, st.kv, out, st.wc, st.ws, s, z,
         sf if sf is not None else st.dummy, zf if zf is not None else st.dummy, st.dummy, st.dummy,

@@ -323,6 +323,10 @@ int64_t programs_per_sm(int64_t block) {
   return block <= 64 ? 4 : 8;
 }
 
+// Causal calls this short (a decode step: N = 1) take la_decode_kernel, whose program serves all
+// the query heads of a kv head and reads the state once (tests/linear_attn_driver.py mirrors it).
+constexpr int64_t kDecodeMaxRows = 4;
+
 int64_t pad16(int64_t x) {
   return (x + 15) / 16 * 16;
 }
@@ -510,6 +514,19 @@ std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, co
   const OptTensor s0 = s0_in ? OptTensor(s0_in->contiguous()) : std::nullopt;
   const OptTensor z0 = z0_in ? OptTensor(z0_in->contiguous()) : std::nullopt;
   const Plan p = make_plan(q, k, v, cos, sin, sh, phi, causal);
+  if (causal && sh.n <= kDecodeMaxRows) {
+    Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
+    const int64_t bt = aot::la_decode_constexprs({p.dtype, p.bk}).BT;
+    aot::la_decode({p.dtype, p.bk}, config(q, ceil_div(p.dvp, bt) * sh.b * sh.hkv, "linear_attn decode"),
+                   p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(),
+                   p.w.c(), p.w.s(), s0 ? s0->const_data_ptr() : nullptr, z0 ? z0->const_data_ptr() : nullptr,
+                   return_state ? sf.mutable_data_ptr() : nullptr, return_state ? zf.mutable_data_ptr() : nullptr,
+                   sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, phi.kind, phi.normalize, sh.parts, s0.has_value(),
+                   return_state, static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1),
+                   st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0),
+                   st(out, 1), st(out, 2), p.w.stride_b, p.fd, p.f);
+    return {unpad(out, sh.dv), sf, zf};
+  }
   const bool single = causal && p.g == 1;
   Tensor buffer;
   const Segments seg = forward_states(p, s0, z0, return_state && !single ? &sf : nullptr,

@@ -134,3 +134,23 @@ def test_streaming_through_the_kernels():
         pieces.append(out)
     assert rel_error(torch.cat(pieces, 2), full) < 2e-3
     assert rel_error(s, s_full) < 1e-5 and rel_error(z, z_full) < 1e-5
+
+
+@pytest.mark.parametrize("n,dtype,phi,cos,hkv", [(1, torch.bfloat16, "elu+1", False, 2), (3, torch.float32, "relu", True, 1),
+                                                 (4, torch.float16, "softmax_free", False, 4)])
+def test_decode_kernel_continues_a_state(n, dtype, phi, cos, hkv):
+    """A few causal rows after a state go through la_decode_kernel (one program per kv head and Dv
+    tile): outputs and the new state against the float64 reference of the whole sequence."""
+    b, h, d, dv, prefix = 2, 4, 24, 40, 50
+    assert n <= drv.DECODE_MAX_ROWS
+    q, k, v = make(b, h, hkv, prefix + n, d, dv, dtype, seed=3)
+    w = cosformer(prefix + n, max_len=prefix + n + 10) if cos else None
+    kw = dict(phi=phi, causal=True, scale=0.5)
+    _, s0, z0 = drv.forward(q[:, :, :prefix], k[:, :, :prefix], v[:, :, :prefix], return_state=True,
+                            cos=w[0][:prefix] if w else None, sin=w[1][:prefix] if w else None, **kw)
+    out, s1, z1 = drv.forward(q[:, :, prefix:], k[:, :, prefix:], v[:, :, prefix:], s0=s0, z0=z0, return_state=True,
+                              cos=w[0][prefix:] if w else None, sin=w[1][prefix:] if w else None, **kw)
+    pk = K.PHI_KINDS["identity" if phi == "softmax_free" else phi]
+    ref, ref_s, ref_z = K.attention_reference(q, k, v, pk, phi != "softmax_free", True, w, 0.5, 1e-6)
+    assert rel_error(out, ref[:, :, prefix:]) < TOL[dtype]
+    assert rel_error(s1, ref_s) < TOL[dtype] and rel_error(z1, ref_z) < TOL[dtype]

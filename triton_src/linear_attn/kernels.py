@@ -41,7 +41,8 @@ per-chunk state in memory). For a chunk with the state S, z before it:
 Segments run in parallel: ``la_state_kernel`` sums each segment's kf^T v, ``la_scan_kernel`` turns
 those sums into the state before each segment (or the total, for bidirectional mode), and
 ``la_fwd_kernel`` computes the outputs. When B * H alone fills the GPU, G = 1 and the causal
-forward is a single launch (a decode step with a state included).
+forward is a single launch. A causal call of a few rows (a decode step: N = 1 after a state) takes
+``la_decode_kernel``, one launch whose programs each serve all query heads of a kv head.
 
 Backward, with g_i = dout_i / den_i and r_i = -(dout_i . out_i) / den_i (g = dout, r = 0 unnormalized):
     ds_ij = g_i . v_j + r_i
@@ -436,6 +437,71 @@ def la_fwd_kernel(
         _store_out(o_rows, out, o_mask & (stats == 0))
     fin = (write_final != 0) & (r == 0) & (g == G - 1)
     fd = n_parts * DS
+    tl.store(sf_ptr + bk.to(tl.int64) * fd * DVS + frow[:, None] * DVS + vc[None, :], s, mask=st_mask & fin)
+    tl.store(zf_ptr + bk.to(tl.int64) * fd + frow, z, mask=f_ok & fin & (t == 0))
+
+
+# ---- decode: a few rows after a state -------------------------------------------------------------
+
+
+@triton.jit
+def _feature_row(ptr, row, sn, D, wc, ws, n_parts, phi_kind, mult, W: tl.constexpr):
+    """The [W] fp32 features of one input row (layout of _features; wc, ws its two weights)."""
+    hw = _half_width(W, n_parts)
+    c = tl.arange(0, W)
+    d = tl.max_contiguous(tl.multiple_of(c - (c >= hw).to(tl.int32) * hw, 8), 8)
+    x = tl.load(ptr + row * sn + d, mask=d < D, other=0.0).to(tl.float32)  # sn is i64: no overflow
+    f = tl.where(d < D, _phi(x, phi_kind), 0.0)
+    return f * tl.where(c < hw, wc, ws) * mult
+
+
+@triton.jit
+def la_decode_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, wc_ptr, ws_ptr, s_ptr, z_ptr, sf_ptr, zf_ptr,
+    H, HKV, N, D, DV, DS, DVS, phi_kind, normalize, n_parts, has_s, write_final,
+    scale, eps,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
+    sw_b, ss_bh, sz_bh,
+    BK: tl.constexpr, BT: tl.constexpr,
+):
+    """Causal outputs of a few rows (a decode step: N = 1) after the state (s, z)[b, hk], row by row
+    with the state in registers: out_i = qf_i S_i / (qf_i . z_i + eps) after S += kf_i^T v_i. One
+    program serves every query head of its kv head, so the state is read once (la_fwd_kernel reads
+    it once per query head and computes a whole chunk for one row). fp32 arithmetic, no dots: a row
+    is a vector-matrix product. Grid: Dv tiles x B*Hkv (fastest first)."""
+    pid = tl.program_id(0)
+    nt = tl.cdiv(DV, BT)
+    t = pid % nt
+    bk = pid // nt
+    b = (bk // HKV).to(tl.int64)
+    hk = bk % HKV
+    n_rep = H // HKV
+    kb = k_ptr + b * sk_b + hk * sk_h
+    vb = v_ptr + b * sv_b + hk * sv_h
+    vc = t * BT + tl.arange(0, BT)
+    v_ok = vc < DV
+    frow, f_ok = _state_rows(BK, 0, DS, n_parts)
+    st_mask = f_ok[:, None] & (vc < DVS)[None, :]
+    s = tl.load(s_ptr + bk.to(tl.int64) * ss_bh + frow[:, None] * DVS + vc[None, :],
+                mask=st_mask & (has_s != 0), other=0.0)
+    z = tl.load(z_ptr + bk.to(tl.int64) * sz_bh + frow, mask=f_ok & (has_s != 0), other=0.0)
+    cos_on = n_parts == 2
+    for i in range(N):
+        wc = tl.load(wc_ptr + b * sw_b + i, mask=cos_on, other=1.0)
+        ws = tl.load(ws_ptr + b * sw_b + i, mask=cos_on, other=1.0)
+        kf = _feature_row(kb, i, sk_n, D, wc, ws, n_parts, phi_kind, 1.0, BK)
+        vr = tl.load(vb + i * sv_n + vc, mask=v_ok, other=0.0).to(tl.float32)
+        s += kf[:, None] * vr[None, :]
+        z += kf
+        for r in range(n_rep):
+            h = hk * n_rep + r
+            qf = _feature_row(q_ptr + b * sq_b + h * sq_h, i, sq_n, D, wc, ws, n_parts, phi_kind, scale, BK)
+            num = tl.sum(qf[:, None] * s, 0)
+            den = tl.sum(qf * z, 0) + eps
+            out = num / tl.where(normalize != 0, den, 1.0)
+            _store_out(o_ptr + b * so_b + h * so_h + i * so_n + vc, out, v_ok)
+    fd = n_parts * DS
+    fin = write_final != 0
     tl.store(sf_ptr + bk.to(tl.int64) * fd * DVS + frow[:, None] * DVS + vc[None, :], s, mask=st_mask & fin)
     tl.store(zf_ptr + bk.to(tl.int64) * fd + frow, z, mask=f_ok & fin & (t == 0))
 

@@ -5,8 +5,8 @@ PRECISION) and one block size: the padded contraction dimension that a program h
 F = parts * D features for the Dv-tiled kernels, all of Dv for the dq/dk kernels): 64, 128 and 256
 for 16-bit tensors, 256 only for fp32 (tf32x3 dots, correctness rather than speed). The four
 kernels with a causal and a bidirectional mode also take it as a key. Everything else (phi,
-normalization, Cosformer, GQA, states, stats) is a run-time argument: (1 + 4 * 2) kernels * 7
-(dtype, block) pairs + the scan = 64 variants. The bf16 tiles of blocks 64 and 128 come from the
+normalization, Cosformer, GQA, states, stats) is a run-time argument: (2 + 4 * 2) kernels * 7
+(dtype, block) pairs + the scan = 71 variants. The bf16 tiles of blocks 64 and 128 come from the
 H200 sweep (benchmarks/tune_linear_attn.py: C 64, T 64) and the spill counts of the 3.8 cubins
 (benchmarks/cubin_stats.py: 8 warps at 128 features); the others keep the running
 state at most 32 KB of registers per program and shared memory under 99 KB (the opt-in limit of
@@ -102,6 +102,18 @@ def _dk_params(ptr: str) -> tuple:
             ("sw_b", "i64"), ("sr_bh", "i64"), ("sr_g", "i64"), ("srz_bh", "i64"), ("srz_g", "i64"))
 
 
+def _decode_params(ptr: str) -> tuple:
+    return (*_ptrs(ptr, "q", "k", "v", "o"), *_W, *_ptrs(_F32, "s", "z", "sf", "zf"),
+            ("H", _I), ("HKV", _I), ("N", _I), *_DIMS,
+            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_s", _I), ("write_final", _I),
+            ("scale", "fp32"), ("eps", "fp32"), *_strides("q", "k", "v", "o"),
+            ("sw_b", "i64"), ("ss_bh", "i64"), ("sz_bh", "i64"))
+
+
+# The decode kernel holds a [BK, BT] fp32 state tile with 4 warps: 64 registers per thread at most.
+DECODE_BT = {64: 64, 128: 64, 256: 32}
+DECODE_WARPS = 4
+
 _SCAN_PARAMS = (
     *_ptrs(_F32, "x", "y", "init_s", "init_z", "tot_s", "tot_z"),
     ("G", _I), ("FD", _I), ("E", _I), ("n_grp", _I), ("mode", _I), ("has_init", _I), ("has_total", _I),
@@ -142,6 +154,10 @@ def _spec(name: str) -> KernelSpec:
 
 KERNELS = [
     *(_spec(name) for name in _KERNELS),
+    KernelSpec(name="la_decode", function="la_decode_kernel", params=_decode_params("*{dtype}:16"),
+               keys={"dtype": tuple(BLOCKS), "BK": (64, 128, 256)},
+               constexprs=lambda key: {"BK": key["BK"], "BT": DECODE_BT[key["BK"]]},
+               num_warps=DECODE_WARPS, num_stages=1, include=lambda key: key["BK"] in BLOCKS[key["dtype"]]),
     KernelSpec(name="la_scan", function="la_scan_kernel", params=_SCAN_PARAMS, keys={"dtype": ("fp32",)},
                constexprs=lambda key: SCAN_CONSTEXPRS, num_warps=4, num_stages=2),
 ]
