@@ -4,7 +4,8 @@
 # writes its log under $OUT as it goes, so a lease that runs short still returns what finished.
 # Usage (on the GPU machine, from the repository root):
 #   OUT=/tmp/out bash benchmarks/run_gpu.sh [--quick] [ops to benchmark, default: all]
-# The CPU test suite runs in CI; NEURALOPS_GPU_RUN_CPU_TESTS=1 runs it here too.
+# The CPU test suite runs in CI; NEURALOPS_GPU_RUN_CPU_TESTS=1 runs it here too. NEURALOPS_GPU_E2E=1 adds
+# the end-to-end model benchmark (python -m neuralops.bench.e2e --quick) and the demo.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-/tmp/neuralops-gpu}"
