@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from neuralops.nn.attention import LinearAttention
-from neuralops.nn.low_rank import Pattern, _as_patterns, _matches, _set_submodule
+from neuralops.nn._select import Pattern, select_modules, set_submodule
 
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -138,16 +138,7 @@ def convert_attention_to_linear(
     # Imported here: neuralops.models builds on neuralops.nn.
     from neuralops.models.transformer import SoftmaxAttention
 
-    includes, excludes = _as_patterns(include), _as_patterns(exclude)
-    selected = []
-    for name, module in model.named_modules():
-        if not _is_attention(module) or any(name.startswith(prev + ".") for prev, _ in selected):
-            continue
-        if includes is not None and not _matches(name, includes):
-            continue
-        if excludes is not None and _matches(name, excludes):
-            continue
-        selected.append((name, module))
+    selected = select_modules(model, _is_attention, include, exclude, "convert_attention_to_linear")
     if any(name == "" for name, _ in selected):
         raise ValueError("convert_attention_to_linear: the model is itself an attention module; convert the "
                          "model that holds it")
@@ -169,7 +160,7 @@ def convert_attention_to_linear(
         if hasattr(module, "layer_idx"):
             layer.layer_idx = module.layer_idx
         layer.train(module.training)
-        _set_submodule(model, name, layer)
+        set_submodule(model, name, layer)
         reports.append(AttentionConversion(name, type(module).__name__, layer.num_heads, layer.num_kv_heads,
                                            layer.head_dim, isinstance(layer, HFLinearAttention)))
     return reports

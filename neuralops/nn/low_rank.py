@@ -13,18 +13,15 @@ before and after and the relative reconstruction error ``||W - U V||_F / ||W||_F
 
 from __future__ import annotations
 
-import fnmatch
 import math
-import re
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Iterable
 
 import torch
 from torch import nn
 
 from neuralops.core.triton_kernels import low_rank
-
-Pattern = Union[str, "re.Pattern[str]"]
+from neuralops.nn._select import Pattern, select_modules, set_submodule
 
 
 class LowRankLinear(nn.Module):
@@ -121,28 +118,6 @@ class LowRankReplacement:
         return self.params_before - self.params_after
 
 
-def _as_patterns(patterns: Pattern | Iterable[Pattern] | None) -> list[Pattern] | None:
-    if patterns is None:
-        return None
-    if isinstance(patterns, (str, re.Pattern)):
-        return [patterns]
-    return list(patterns)
-
-
-def _matches(name: str, patterns: list[Pattern]) -> bool:
-    for p in patterns:
-        if isinstance(p, re.Pattern):
-            if p.fullmatch(name):
-                return True
-        elif isinstance(p, str):
-            if fnmatch.fnmatchcase(name, p):
-                return True
-        else:
-            raise TypeError(f"replace_linear_with_low_rank: patterns must be str (fnmatch) or re.Pattern, "
-                            f"got {type(p).__name__}")
-    return False
-
-
 def replace_linear_with_low_rank(
     model: nn.Module,
     rank_ratio: float,
@@ -172,16 +147,8 @@ def replace_linear_with_low_rank(
         raise ValueError(f"replace_linear_with_low_rank: rank_ratio must be in (0, 1], got {rank_ratio!r}")
     if not isinstance(rank_multiple, int) or rank_multiple < 1:
         raise ValueError(f"replace_linear_with_low_rank: rank_multiple must be a positive int, got {rank_multiple!r}")
-    includes, excludes = _as_patterns(include), _as_patterns(exclude)
-    selected = []
-    for name, module in model.named_modules():
-        if type(module) is not nn.Linear:
-            continue
-        if includes is not None and not _matches(name, includes):
-            continue
-        if excludes is not None and _matches(name, excludes):
-            continue
-        selected.append((name, module))
+    selected = select_modules(model, lambda m: type(m) is nn.Linear, include, exclude,
+                              "replace_linear_with_low_rank")
 
     reports = []
     for name, linear in selected:
@@ -199,12 +166,6 @@ def replace_linear_with_low_rank(
             replacement.train(linear.training)
             report.rel_error = reconstruction_error(linear.weight, replacement.U, replacement.V)
             report.replaced = True
-            _set_submodule(model, name, replacement)
+            set_submodule(model, name, replacement)
         reports.append(report)
     return reports
-
-
-def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, module)
