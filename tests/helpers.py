@@ -22,6 +22,27 @@ def poison_allocator(device: str = "cuda", nbytes: int = 1 << 28) -> None:
     del block
 
 
+def phi_reference(x: torch.Tensor, phi: str) -> torch.Tensor:
+    """The linear-attention feature maps, plainly: elu+1, relu, and identity (softmax_free too)."""
+    if phi == "elu+1":
+        return torch.where(x > 0, x + 1, torch.exp(x))
+    if phi == "relu":
+        return x.clamp_min(0)
+    return x
+
+
+def assert_compiled_matches_eager(fn, inputs, **compile_kwargs) -> None:
+    """``fn`` (inputs -> a scalar loss) under ``torch.compile(fullgraph=True)`` gives eager's loss and
+    the same gradients for every input."""
+    out = torch.compile(fn, fullgraph=True, **compile_kwargs)(*inputs)
+    grads = torch.autograd.grad(out, inputs)
+    ref = fn(*inputs)
+    ref_grads = torch.autograd.grad(ref, inputs)
+    torch.testing.assert_close(out, ref)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want)
+
+
 def _interpreter_indexes_scalars() -> bool:
     """Triton's interpreter before 3.7 turns run-time scalars into 1-element arrays, which NumPy 2.4+
     refuses to use as an index (``range(0, D, BLOCK)`` in a kernel then fails). Kernels are fine.

@@ -7,18 +7,11 @@ import pytest
 import torch
 from torch.library import opcheck
 
+from helpers import assert_compiled_matches_eager, phi_reference
 from neuralops.core.suitability import check_triton_suitability
 from neuralops.core.triton_kernels import linear_attn as la
 
 PHIS = ["elu+1", "relu", "identity", "softmax_free"]
-
-
-def phi_of(x: torch.Tensor, phi: str) -> torch.Tensor:
-    if phi == "elu+1":
-        return torch.where(x > 0, x + 1, torch.exp(x))
-    if phi == "relu":
-        return x.clamp_min(0)
-    return x
 
 
 def reference(q, k, v, phi, causal, cos=None, sin=None, scale=1.0, eps=1e-6, s0=None, z0=None):
@@ -27,7 +20,7 @@ def reference(q, k, v, phi, causal, cos=None, sin=None, scale=1.0, eps=1e-6, s0=
     b, h, n, d = q.shape
     hkv = k.shape[1]
     rep = h // hkv
-    fq, fk = phi_of(q, phi), phi_of(k, phi)
+    fq, fk = phi_reference(q, phi), phi_reference(k, phi)
     s = scale * torch.einsum("bhid,bhjd->bhij", fq, fk.repeat_interleave(rep, 1))
     if cos is not None:
         c = cos.double().reshape(-1, 1, n)
@@ -223,17 +216,7 @@ def test_torch_compile_fullgraph(library_loaded):
         out, st = la.fwd(q, k, v, True, "relu", return_state=True, scale=0.3)
         return out.square().sum() + st.S.sum()
 
-    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
-    loss = compiled(q, k, v)
-    loss.backward()
-    grads = [t.grad.clone() for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    ref = f(q, k, v)
-    ref.backward()
-    torch.testing.assert_close(loss, ref)
-    for g, t in zip(grads, (q, k, v)):
-        torch.testing.assert_close(g, t.grad)
+    assert_compiled_matches_eager(f, (q, k, v), backend="aot_eager")
 
 
 def test_op_under_compile_fullgraph(library_loaded):

@@ -9,7 +9,7 @@ from torch import nn
 from torch.library import opcheck
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from helpers import rel_error
+from helpers import assert_compiled_matches_eager, rel_error
 from neuralops.core.suitability import check_triton_suitability
 from neuralops.core.triton_kernels import low_rank
 from neuralops.nn import LowRankLinear, replace_linear_with_low_rank
@@ -130,14 +130,7 @@ def test_torch_compile_fullgraph_forward_and_backward(library_loaded):
     def f(x, U, V, b):
         return (low_rank.fwd(x, U, V, b) * 2).square().sum()
 
-    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
-    out = compiled(x, U, V, b)
-    grads = torch.autograd.grad(out, (x, U, V, b))
-    want_out = f(x, U, V, b)
-    want = torch.autograd.grad(want_out, (x, U, V, b))
-    torch.testing.assert_close(out, want_out)
-    for a, w in zip(grads, want):
-        torch.testing.assert_close(a, w)
+    assert_compiled_matches_eager(f, (x, U, V, b), backend="aot_eager")
 
 
 def test_ops_under_compile_fullgraph(library_loaded):

@@ -8,18 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import phi_reference
 from neuralops.core.triton_kernels import linear_attn
 from neuralops.nn import LinearAttention, LinearAttentionCache
 
 E = 32
-
-
-def phi_of(x: torch.Tensor, phi: str) -> torch.Tensor:
-    if phi == "elu+1":
-        return torch.where(x > 0, x + 1, torch.exp(x))
-    if phi == "relu":
-        return x.clamp_min(0)
-    return x
 
 
 def reference(layer: LinearAttention, x: torch.Tensor) -> torch.Tensor:
@@ -33,7 +26,7 @@ def reference(layer: LinearAttention, x: torch.Tensor) -> torch.Tensor:
 
     q, k, v = proj(layer.q_proj, h), proj(layer.k_proj, hkv), proj(layer.v_proj, hkv)
     k, v = k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1)
-    s = layer.scale * phi_of(q, layer.phi) @ phi_of(k, layer.phi).transpose(-1, -2)
+    s = layer.scale * phi_reference(q, layer.phi) @ phi_reference(k, layer.phi).transpose(-1, -2)
     if layer.cosformer:
         angle = torch.arange(n, dtype=torch.float64) * math.pi / (2 * layer.max_len)
         s = s * torch.cos(angle[:, None] - angle[None, :])

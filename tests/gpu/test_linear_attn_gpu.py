@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.library import opcheck
 
-from helpers import poison_allocator, rel_error
+from helpers import assert_compiled_matches_eager, poison_allocator, rel_error
 from neuralops.core.triton_kernels import linear_attn as la
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -238,17 +238,7 @@ def test_torch_compile_without_graph_breaks():
         return la.fwd(q, k, v, True, "elu+1", scale=0.5).float().square().mean()
 
     q, k, v = (t.requires_grad_() for t in make(2, 8, 2, 256, 64, 64, torch.bfloat16))
-    compiled = torch.compile(layer, fullgraph=True)
-    loss = compiled(q, k, v)
-    loss.backward()
-    grads = [t.grad.clone() for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    ref = layer(q, k, v)
-    ref.backward()
-    torch.testing.assert_close(loss, ref)
-    for g, t in zip(grads, (q, k, v)):
-        torch.testing.assert_close(g, t.grad)
+    assert_compiled_matches_eager(layer, (q, k, v))
 
 
 def test_segments_do_not_change_results():
