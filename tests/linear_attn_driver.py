@@ -74,7 +74,6 @@ class _Setup:
         fill = float("-inf") if self.phi_kind == 1 else 0.0
         self.q, self.k = _padded(q, self.dp, fill), _padded(k, self.dp, fill)
         self.v = _padded(v, self.dvp, 0.0)
-        self.kq, self.kk, self.kv = self.q, self.k, self.v
         self.bk = block_for(self.dtype, self.n_parts * self.dp)
         self.c, self.bt, self.warps, self.stages = TILES[self.dtype, self.bk]
         self.prec = PRECISION[self.dtype]
@@ -113,7 +112,7 @@ class _Setup:
             return s0, z0, self.fd, 0, self.f, 0, 1
         x = torch.empty(self.b, self.hkv, self.g, self.ep, dtype=torch.float32, device=self.q.device)
         K.la_state_kernel[(self.nt * self.g * self.b * self.hkv,)](
-            self.kk, self.kv, self.wc, self.ws, x,
+            self.k, self.v, self.wc, self.ws, x,
             self.hkv, self.n, *self.dims(), self.g, self.l, self.phi_kind, self.n_parts,
             *_st(self.k), *_st(self.v), self.sw_b, self.ep,
             C=self.c, BK=self.bk, BT=self.bt, PREC=self.prec, **self.launch)
@@ -149,7 +148,7 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
     if st.causal and st.n <= DECODE_MAX_ROWS:
         bt = DECODE_BT[st.bk]
         K.la_decode_kernel[(triton.cdiv(st.dvp, bt) * st.b * st.hkv,)](
-            st.kq, st.kk, st.kv, out, st.wc, st.ws,
+            st.q, st.k, st.v, out, st.wc, st.ws,
             s0 if s0 is not None else st.dummy, z0 if z0 is not None else st.dummy,
             sf if sf is not None else st.dummy, zf if zf is not None else st.dummy,
             st.h, st.hkv, st.n, *st.dims(), st.phi_kind, st.normalize, st.n_parts, int(s0 is not None),
@@ -159,7 +158,7 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
     single = st.causal and st.g == 1
     s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = st.forward_states(s0, z0, None if single else sf, None if single else zf)
     K.la_fwd_kernel[(st.nt * st.n_rep * st.g * st.b * st.hkv,)](
-        st.kq, st.kk, st.kv, out, st.wc, st.ws, s, z,
+        st.q, st.k, st.v, out, st.wc, st.ws, s, z,
         sf if sf is not None else st.dummy, zf if zf is not None else st.dummy, st.dummy, st.dummy,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
         st.phi_kind, st.normalize, st.n_parts, has_s, int(return_state and single), 0,
@@ -182,7 +181,7 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         den = torch.empty(st.b, st.h, st.n, dtype=torch.float32, device=dev)
         dl = torch.empty(st.b, st.h, st.nt, st.n, dtype=torch.float32, device=dev)
         K.la_fwd_kernel[(st.nt * st.n_rep * st.g * st.b * st.hkv,)](
-            st.kq, st.kk, st.kv, do, st.wc, st.ws, s, z, st.dummy, st.dummy, den, dl,
+            st.q, st.k, st.v, do, st.wc, st.ws, s, z, st.dummy, st.dummy, den, dl,
             st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
             st.phi_kind, st.normalize, st.n_parts, has_s, 0, 1,
             scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do),
@@ -196,7 +195,7 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
     rs = torch.empty(st.b, st.h, st.g, st.ep, dtype=torch.float32, device=dev) if need_rseg else st.dummy
     dq = torch.empty(st.b, st.h, st.n, st.dp, dtype=q.dtype, device=dev)
     K.la_bwd_dq_kernel[(nf * st.n_rep * st.g * st.b * st.hkv,)](
-        st.kq, st.kk, st.kv, do, dq, st.wc, st.ws, s, z, den, dl, rs,
+        st.q, st.k, st.v, do, dq, st.wc, st.ws, s, z, den, dl, rs,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l, nt_stats,
         st.phi_kind, st.normalize, st.n_parts, has_s, int(need_rseg),
         scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dq),
@@ -223,14 +222,14 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
     dk = torch.empty(st.b, st.hkv, st.n, st.dp, dtype=q.dtype, device=dev)
     dv = torch.empty(st.b, st.hkv, st.n, st.dvp, dtype=q.dtype, device=dev)
     K.la_bwd_dv_kernel[(st.nt * st.g * st.b * st.hkv,)](
-        st.kq, st.kk, do, dv, st.wc, st.ws, r, den,
+        st.q, st.k, do, dv, st.wc, st.ws, r, den,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
         st.phi_kind, st.normalize, st.n_parts, has_r,
         scale, *_st(st.q), *_st(st.k), *_st(do), *_st(dv),
         st.sw_b, sr_bh, sr_g,
         C=st.c, CAUSAL=st.causal, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
     K.la_bwd_dk_kernel[(nf * st.g * st.b * st.hkv,)](
-        st.kq, st.kk, st.kv, do, dk, st.wc, st.ws, r, rz, den, dl,
+        st.q, st.k, st.v, do, dk, st.wc, st.ws, r, rz, den, dl,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l, nt_stats,
         st.phi_kind, st.normalize, st.n_parts, has_r,
         scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dk),

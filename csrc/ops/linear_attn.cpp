@@ -477,11 +477,10 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
   }
   const Shape& sh = p.sh;
   buffer = at::empty({sh.b, sh.hkv, p.g, p.ep}, p.q.options().dtype(at::kFloat));
-  aot::la_state({p.dtype, p.bk}, config(p.q, p.nt * p.g * sh.b * sh.hkv, "linear_attn state"),
-                p.k.const_data_ptr(),
-               p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), sh.hkv, sh.n, p.dp, p.dvp, sh.d,
-               sh.dv, p.g, p.l, p.phi.kind, sh.parts, st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0),
-               st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
+  aot::la_state({p.dtype, p.bk}, config(p.q, p.nt * p.g * sh.b * sh.hkv, "linear_attn state"), p.k.const_data_ptr(),
+                p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), sh.hkv, sh.n, p.dp, p.dvp, sh.d,
+                sh.dv, p.g, p.l, p.phi.kind, sh.parts, st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
+                st(p.v, 2), p.w.stride_b, p.ep);
   scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z);
   const float* base = buffer.const_data_ptr<float>();
   const int64_t seg_g = p.causal ? p.ep : 0;
@@ -518,13 +517,13 @@ std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, co
     Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
     const int64_t bt = aot::la_decode_constexprs({p.dtype, p.bk}).BT;
     aot::la_decode({p.dtype, p.bk}, config(q, ceil_div(p.dvp, bt) * sh.b * sh.hkv, "linear_attn decode"),
-                   p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(),
-                   p.w.c(), p.w.s(), s0 ? s0->const_data_ptr() : nullptr, z0 ? z0->const_data_ptr() : nullptr,
-                   return_state ? sf.mutable_data_ptr() : nullptr, return_state ? zf.mutable_data_ptr() : nullptr,
-                   sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, phi.kind, phi.normalize, sh.parts, s0.has_value(),
-                   return_state, static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1),
-                   st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0),
-                   st(out, 1), st(out, 2), p.w.stride_b, p.fd, p.f);
+                   p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(),
+                   p.w.s(), s0 ? s0->const_data_ptr() : nullptr, z0 ? z0->const_data_ptr() : nullptr,
+                   return_state ? sf.mutable_data_ptr() : nullptr, return_state ? zf.mutable_data_ptr() : nullptr, sh.h,
+                   sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, phi.kind, phi.normalize, sh.parts, s0.has_value(),
+                   return_state, static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2),
+                   st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0), st(out, 1),
+                   st(out, 2), p.w.stride_b, p.fd, p.f);
     return {unpad(out, sh.dv), sf, zf};
   }
   const bool single = causal && p.g == 1;
@@ -532,13 +531,13 @@ std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, co
   const Segments seg = forward_states(p, s0, z0, return_state && !single ? &sf : nullptr,
                                       return_state && !single ? &zf : nullptr, buffer);
   Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
-  aot::la_fwd({p.dtype, p.bk, causal}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"),
-              p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(),
-              p.w.s(), seg.s, seg.z, return_state ? sf.mutable_data_ptr() : nullptr,
-              return_state ? zf.mutable_data_ptr() : nullptr, nullptr, nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp,
-              sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, return_state && single, 0, static_cast<float>(scale), static_cast<float>(eps),
-             st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
-             st(p.v, 2), st(out, 0), st(out, 1), st(out, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+  aot::la_fwd({p.dtype, p.bk, causal}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"), p.q.const_data_ptr(),
+              p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
+              return_state ? sf.mutable_data_ptr() : nullptr, return_state ? zf.mutable_data_ptr() : nullptr, nullptr,
+              nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts,
+              seg.has, return_state && single, 0, static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0),
+              st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
+              st(out, 0), st(out, 1), st(out, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
   return {unpad(out, sh.dv), sf, zf};
 }
 
@@ -569,13 +568,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
     den = at::empty({sh.b, sh.h, sh.n}, f32);
     dl = at::empty({sh.b, sh.h, p.nt, sh.n}, f32);
     aot::la_fwd({p.dtype, p.bk, causal}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"),
-               p.q.const_data_ptr(),
-               p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
-               nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), sh.h, sh.hkv, sh.n, p.dp, p.dvp,
-               sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, 0, 1,
-               static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
-               st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2),
-               p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+                p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(),
+                p.w.s(), seg.s, seg.z, nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), sh.h, sh.hkv,
+                sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, 0, 1,
+                static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
+                st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2),
+                p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
   }
   const void* den_ptr = phi.normalize ? den.const_data_ptr() : nullptr;
   const void* dl_ptr = phi.normalize ? dl.const_data_ptr() : nullptr;
@@ -585,14 +583,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   const bool need_rseg = p.g > 1 || !causal || state_grad;
   const Tensor rs = need_rseg ? at::empty({sh.b, sh.h, p.g, p.ep}, f32) : Tensor();
   Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
-  aot::la_bwd_dq({p.dtype, bkv, causal}, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"),
-            p.q.const_data_ptr(),
-            p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(),
-            p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, need_rseg ? rs.mutable_data_ptr() : nullptr, sh.h, sh.hkv, sh.n,
-            p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats, phi.kind, phi.normalize, sh.parts, seg.has,
-            need_rseg, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1),
-            st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0),
-            st(dq, 1), st(dq, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g, p.ep);
+  aot::la_bwd_dq({p.dtype, bkv, causal}, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
+                 p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(),
+                 p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, need_rseg ? rs.mutable_data_ptr() : nullptr, sh.h, sh.hkv,
+                 sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats, phi.kind, phi.normalize, sh.parts, seg.has,
+                 need_rseg, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1),
+                 st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0),
+                 st(dq, 1), st(dq, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g, p.ep);
   // The reverse states: R (sum of qf^T g over later rows) and rho, per kv head and segment.
   Segments rev;
   Tensor r_buffer;
@@ -609,20 +606,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   Tensor dk = kernel_output(sh.b, sh.hkv, sh.n, p.dp, k);
   Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
   aot::la_bwd_dv({p.dtype, p.bk, causal}, config(q, p.nt * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"),
-                 p.q.const_data_ptr(),
-            p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, den_ptr,
-            sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts,
-            rev.has, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1),
-            st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1), st(dv, 2), p.w.stride_b,
-            rev.s_bh, rev.s_g);
+                 p.q.const_data_ptr(), p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(),
+                 p.w.s(), rev.s, den_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind,
+                 phi.normalize, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2),
+                 st(p.k, 0), st(p.k, 1), st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1),
+                 st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
   aot::la_bwd_dk({p.dtype, bkv, causal}, config(q, nf * p.g * sh.b * sh.hkv, "linear_attn_bwd dk"),
-                 p.q.const_data_ptr(),
-            p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dk.mutable_data_ptr(), p.w.c(),
-            p.w.s(), rev.s, rev.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats,
-            phi.kind, phi.normalize, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0),
-            st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
-            st(dout, 0), st(dout, 1), st(dout, 2), st(dk, 0), st(dk, 1), st(dk, 2), p.w.stride_b, rev.s_bh, rev.s_g,
-            rev.z_bh, rev.z_g);
+                 p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(),
+                 dk.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, rev.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp,
+                 p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats, phi.kind, phi.normalize, sh.parts, rev.has,
+                 static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
+                 st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dk, 0), st(dk, 1),
+                 st(dk, 2), p.w.stride_b, rev.s_bh, rev.s_g, rev.z_bh, rev.z_g);
   return {unpad(dq, sh.d), unpad(dk, sh.d), unpad(dv, sh.dv), ds0, dz0};
 }
 

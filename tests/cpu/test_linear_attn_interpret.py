@@ -98,7 +98,7 @@ def test_state_kernel_matches_reference(cos):
     parts = 2 if cos else 1
     x = torch.full((b, hkv, st.g, st.ep), float("nan"))
     K.la_state_kernel[(st.nt * st.g * b * hkv,)](
-        st.kk, st.kv, st.wc, st.ws, x, hkv, n, *st.dims(), st.g, st.l, 1, parts,
+        st.k, st.v, st.wc, st.ws, x, hkv, n, *st.dims(), st.g, st.l, 1, parts,
         *drv._st(st.k), *drv._st(st.v), st.sw_b, st.ep, C=st.c, BK=st.bk, BT=st.bt, PREC=st.prec)
     ref_s, ref_z = K.state_reference(k, v, 1, w, st.l)
     f = parts * d

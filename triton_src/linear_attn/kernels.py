@@ -137,20 +137,9 @@ def attention_reference(q, k, v, phi_kind, normalize, causal, weights, scale, ep
 
 
 @triton.jit
-def _mm(a, b, PREC: tl.constexpr):
-    """a @ b with fp32 accumulation: PREC 1 bf16 operands, 2 tf32, 3 tf32x3 (fp32 accuracy)."""
-    if PREC == 1:
-        out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
-    elif PREC == 2:
-        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
-    else:
-        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
-    return out
-
-
-@triton.jit
 def _mma(a, b, acc, PREC: tl.constexpr):
-    """acc + a @ b, accumulated in place (no second fp32 tile in registers)."""
+    """acc + a @ b with fp32 accumulation in place (no second fp32 tile in registers): PREC 1 bf16
+    operands, 2 tf32, 3 tf32x3 (fp32 accuracy)."""
     if PREC == 1:
         out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)
     elif PREC == 2:
@@ -161,14 +150,20 @@ def _mma(a, b, acc, PREC: tl.constexpr):
 
 
 @triton.jit
+def _mm(a, b, PREC: tl.constexpr):
+    """a @ b (see _mma)."""
+    return _mma(a, b, tl.zeros((a.shape[0], b.shape[1]), dtype=tl.float32), PREC)
+
+
+@triton.jit
 def _mm_state(a, st, PREC: tl.constexpr):
     """a @ st for a running fp32 state st: with bf16 operands, st goes in as hi + lo halves (two
     dots), so it keeps 16 bits of mantissa; one bf16 rounding of the state cost the dq of the
     normalized map about 1e-2 (the bf16 bound) on the interpreter tests."""
     if PREC == 1:
         hi = st.to(tl.bfloat16)
-        out = tl.dot(a.to(tl.bfloat16), hi)
-        out = tl.dot(a.to(tl.bfloat16), (st - hi.to(tl.float32)).to(tl.bfloat16), out)
+        out = _mm(a, hi, PREC)  # before lo exists: the other order spilled 120 more bytes in dk
+        out = _mma(a, (st - hi.to(tl.float32)).to(tl.bfloat16), out, PREC)
     else:
         out = _mm(a, st, PREC)
     return out
@@ -282,6 +277,18 @@ def _state_rows(W: tl.constexpr, d0, DS, n_parts):
 
 
 @triton.jit
+def _program(n_tiles, n_heads, G, HKV):
+    """(tile, head within its kv head's group, segment, b * Hkv + hk, b, hk) of this program, for
+    grids of n_tiles x n_heads x G x B*Hkv (fastest first); kv-head kernels pass n_heads = 1."""
+    pid = tl.program_id(0)
+    t = pid % n_tiles
+    r = (pid // n_tiles) % n_heads
+    g = (pid // n_tiles // n_heads) % G
+    bk = pid // n_tiles // n_heads // G
+    return t, r, g, bk, (bk // HKV).to(tl.int64), bk % HKV
+
+
+@triton.jit
 def _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, NT, normalize):
     """(1 / den_i, r_i = -(dout_i . out_i) / den_i) from the stats pass; (1, 0) unnormalized."""
     m = (rows < N) & (normalize != 0)
@@ -303,13 +310,7 @@ def la_state_kernel(
     C: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
 ):
     """x[b, hk, g] = (sum kf^T v, sum kf) over segment g. Grid: Dv tiles x G x B*Hkv (fastest first)."""
-    pid = tl.program_id(0)
-    nt = tl.cdiv(DV, BT)
-    t = pid % nt
-    g = (pid // nt) % G
-    bk = (pid // nt) // G
-    b = (bk // HKV).to(tl.int64)
-    hk = bk % HKV
+    t, _, g, bk, b, hk = _program(tl.cdiv(DV, BT), 1, G, HKV)
     kb = k_ptr + b * sk_b + hk * sk_h
     vb = v_ptr + b * sv_b + hk * sv_h
     vc = t * BT + tl.arange(0, BT)
@@ -389,15 +390,9 @@ def la_fwd_kernel(
     den_i (den[b, h, i], by tile 0) and the tile's share of grad_out_i . out_i (dl[b, h, t, i]).
     write_final: segment G - 1 of the first query head of hk writes the state after it to (sf, zf).
     Grid: Dv tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
-    pid = tl.program_id(0)
     nt = tl.cdiv(DV, BT)
     n_rep = H // HKV
-    t = pid % nt
-    r = (pid // nt) % n_rep
-    g = (pid // nt // n_rep) % G
-    bk = pid // nt // n_rep // G
-    b = (bk // HKV).to(tl.int64)
-    hk = bk % HKV
+    t, r, g, bk, b, hk = _program(nt, n_rep, G, HKV)
     h = hk * n_rep + r
     bh = b * H + h
     qb = q_ptr + b * sq_b + h * sq_h
@@ -469,12 +464,7 @@ def la_decode_kernel(
     program serves every query head of its kv head, so the state is read once (la_fwd_kernel reads
     it once per query head and computes a whole chunk for one row). fp32 arithmetic, no dots: a row
     is a vector-matrix product. Grid: Dv tiles x B*Hkv (fastest first)."""
-    pid = tl.program_id(0)
-    nt = tl.cdiv(DV, BT)
-    t = pid % nt
-    bk = pid // nt
-    b = (bk // HKV).to(tl.int64)
-    hk = bk % HKV
+    t, _, _, bk, b, hk = _program(tl.cdiv(DV, BT), 1, 1, HKV)
     n_rep = H // HKV
     kb = k_ptr + b * sk_b + hk * sk_h
     vb = v_ptr + b * sv_b + hk * sv_h
@@ -524,16 +514,9 @@ def la_bwd_dq_kernel(
     from the forward state (s, z)[b, hk, g]. need_rseg: also writes the segment's (sum qf^T g,
     sum qf r) to rs[b, h, g] for the reverse scan.
     Grid: feature tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
-    pid = tl.program_id(0)
     hw = _half_width(BF, n_parts)
-    nf = tl.cdiv(D, hw)
     n_rep = H // HKV
-    ft = pid % nf
-    r = (pid // nf) % n_rep
-    g = (pid // nf // n_rep) % G
-    bk = pid // nf // n_rep // G
-    b = (bk // HKV).to(tl.int64)
-    hk = bk % HKV
+    ft, r, g, bk, b, hk = _program(tl.cdiv(D, hw), n_rep, G, HKV)
     h = hk * n_rep + r
     bh = b * H + h
     d0 = ft * hw
@@ -592,14 +575,8 @@ def la_bwd_dv_kernel(
     over later rows, dS_final included), summed over the query heads of hk; bidirectional mode
     (CAUSAL = 0) leaves dv = kf R with R the total.
     Grid: Dv tiles x G x B*Hkv (fastest first)."""
-    pid = tl.program_id(0)
-    nt = tl.cdiv(DV, BT)
     n_rep = H // HKV
-    t = pid % nt
-    g = (pid // nt) % G
-    bk = pid // nt // G
-    b = (bk // HKV).to(tl.int64)
-    hk = bk % HKV
+    t, _, g, bk, b, hk = _program(tl.cdiv(DV, BT), 1, G, HKV)
     kb = k_ptr + b * sk_b + hk * sk_h
     dvb = dv_ptr + b * sdv_b + hk * sdv_h
     vc = t * BT + tl.arange(0, BT)
@@ -645,15 +622,9 @@ def la_bwd_dk_kernel(
     (R, rho)[b, hk, g], summed over the query heads of hk; bidirectional mode (CAUSAL = 0) leaves
     dkf = v R^T + rho with the totals.
     Grid: feature tiles x G x B*Hkv (fastest first)."""
-    pid = tl.program_id(0)
     hw = _half_width(BF, n_parts)
-    nf = tl.cdiv(D, hw)
     n_rep = H // HKV
-    ft = pid % nf
-    g = (pid // nf) % G
-    bk = pid // nf // G
-    b = (bk // HKV).to(tl.int64)
-    hk = bk % HKV
+    ft, _, g, bk, b, hk = _program(tl.cdiv(D, hw), 1, G, HKV)
     d0 = ft * hw
     kb = k_ptr + b * sk_b + hk * sk_h
     vb = v_ptr + b * sv_b + hk * sv_h
