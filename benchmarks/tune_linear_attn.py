@@ -1,7 +1,12 @@
-"""Sweeps the linear attention kernels' tiles (chunk rows, the other tile, warps, stages) and the
-segment count with the Triton JIT on a GPU, to choose what triton_src/linear_attn/spec.py builds.
-A development tool: it needs Triton and a GPU; neuralops does not. Runs the kernels through
-tests/linear_attn_driver.py, which mirrors csrc/ops/linear_attn.cpp.
+"""Sweeps the linear attention kernels' tiles (chunk rows C, the other tile T, warps, stages) with the
+Triton JIT on a GPU, to choose what triton_src/linear_attn/spec.py builds (STATE_TILES, FWD_TILES,
+VALUE_TILES). A development tool: it needs Triton and a GPU; neuralops does not. Runs the kernels
+through tests/linear_attn_driver.py, which mirrors csrc/ops/linear_attn.cpp.
+
+The state pass and the forward are timed each alone, with the segments the op would use; the
+backward is timed whole (dq, dv, dk and the scans) per VALUE_TILES candidate. The JIT specializes
+integer arguments equal to 1 and Triton's version on the GPU machine may differ from the build's:
+check the built cubins' registers and spills with benchmarks/cubin_stats.py before trusting a tile.
 
     python benchmarks/tune_linear_attn.py [--budget SECONDS] [--json PATH]   # from the repo root
 """
@@ -9,7 +14,6 @@ tests/linear_attn_driver.py, which mirrors csrc/ops/linear_attn.cpp.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 import time
@@ -22,20 +26,40 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 import linear_attn_driver as drv  # noqa: E402
+from triton_src.linear_attn import kernels as K  # noqa: E402
 from triton_src.linear_attn import spec  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 64), (1, 16, 65536, 128)]  # B, H, N, D (= Dv), the issue's two shapes
-FWD_TILES = [  # (C, BT, warps, stages)
-    (64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 8, 2), (64, 64, 8, 2),
-]
-# Tiles whose feature block is narrower than D (BT < D here) hit an illegal address in Triton 3.6's
-# JIT on the H200 (C64 T32): only tiles with BT >= D are swept for the dq / dk kernels.
+TILES = {  # (C, T, warps, stages) per feature block
+    64: [(64, 64, 4, 2), (64, 64, 4, 3), (64, 64, 4, 4), (64, 64, 8, 3), (32, 64, 4, 3), (32, 64, 2, 3)],
+    128: [(64, 64, 8, 2), (64, 64, 4, 2), (64, 64, 4, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 8, 3),
+          (64, 128, 8, 2)],
+}
+# Tiles whose feature block is narrower than D (T < D here) hit an illegal address in Triton 3.6's
+# JIT on the H200 (C64 T32): only tiles with T >= D are swept for the dq / dk kernels.
 BWD_TILES = [(64, 64, 4, 2), (64, 64, 4, 3)]
-PROGRAMS_PER_SM = (4, 8, 16)
 
 
 def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def _state_launch(s: drv._Setup, x: torch.Tensor, tile: tuple):
+    c, t, warps, stages = tile
+    grid = (triton.cdiv(s.dvp, t) * s.g * s.b * s.hkv,)
+    return lambda: K.la_state_kernel[grid](
+        s.k, s.v, s.wc, s.ws, x, s.hkv, s.n, *s.dims(), s.g, s.l, s.phi_kind, s.n_parts,
+        *drv._st(s.k), *drv._st(s.v), s.sw_b, s.ep, C=c, BK=s.bk, BT=t, PREC=s.prec, num_warps=warps, num_stages=stages)
+
+
+def _fwd_launch(s: drv._Setup, states: tuple, out: torch.Tensor, tile: tuple):
+    c, t, warps, stages = tile
+    grid = (triton.cdiv(s.dvp, t) * s.n_rep * s.g * s.b * s.hkv,)
+    return lambda: K.la_fwd_kernel[grid](
+        s.q, s.k, s.v, out, s.wc, s.ws, states[0], states[1], s.dummy, s.dummy, s.dummy, s.dummy,
+        s.h, s.hkv, s.n, *s.dims(), s.g, s.l, s.phi_kind, s.normalize, s.n_parts, states[6], 0, 0, 1.0, 1e-6,
+        *drv._st(s.q), *drv._st(s.k), *drv._st(s.v), *drv._st(out), s.sw_b, *states[2:6],
+        C=c, CAUSAL=1, BK=s.bk, BT=t, PREC=s.prec, num_warps=warps, num_stages=stages)
 
 
 def main() -> None:
@@ -45,38 +69,36 @@ def main() -> None:
     ap.add_argument("--shapes", default="0,1", help="indices into SHAPES")
     args = ap.parse_args()
     start = time.monotonic()
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for b, h, n, d in [SHAPES[int(i)] for i in args.shapes.split(",")]:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
-        block = drv.block_for("bf16", d)
-        ref = drv.forward(q, k, v, causal=True)[0]  # the built tiles, for a correctness check of each config
-        saved, saved_v = spec.TILES[("bf16", block)], spec.VALUE_TILES[("bf16", block)]
-        for kind, tiles in (("fwd", FWD_TILES), ("bwd", BWD_TILES)):
-            for tile, pps in itertools.product(tiles, PROGRAMS_PER_SM):
-                if time.monotonic() - start > args.budget:
-                    break
-                if kind == "fwd":
-                    spec.TILES[("bf16", block)] = tile
-                    fn = lambda: drv.forward(q, k, v, causal=True, target_programs=pps * sms)  # noqa: E731
-                else:
-                    spec.VALUE_TILES[("bf16", block)] = tile
-                    fn = lambda: drv.backward(do, q, k, v, causal=True, target_programs=pps * sms)  # noqa: E731
+        s = drv._Setup(q, k, v, "elu+1", True, None, None, None, None)
+        x = torch.empty(b, s.hkv, s.g, s.ep, device="cuda")
+        states = s.forward_states(None, None)
+        out = torch.empty(b, h, n, s.dvp, device="cuda", dtype=q.dtype)
+        candidates = [("state", t, _state_launch(s, x, t)) for t in TILES[s.bk]]
+        candidates += [("fwd", t, _fwd_launch(s, states, out, t)) for t in TILES[s.bk]]
+        bkv = drv.block_for("bf16", d)
+        saved = spec.VALUE_TILES[("bf16", bkv)]
+        for tile in BWD_TILES:
+            def bwd(tile=tile):
+                spec.VALUE_TILES[("bf16", bkv)] = tile
                 try:
-                    if kind == "fwd":
-                        err = ((fn()[0].float() - ref.float()).norm() / ref.float().norm()).item()
-                    else:
-                        fn()
-                        err = 0.0
-                    ms = bench(fn)
-                except Exception as exc:  # a tile that does not compile (shared memory) or fails
-                    ms, err = float("nan"), float("nan")
-                    print(f"  {kind} {tile} pps{pps}: {type(exc).__name__}: {str(exc)[:120]}")
-                rows.append(dict(shape=f"B{b} H{h} N{n} D{d}", kind=kind, tile=tile, pps=pps, ms=ms, err=err))
-                print(f"B{b} H{h} N{n} D{d} {kind} C,T,warps,stages={tile} programs/SM={pps}: {ms:.4f} ms"
-                      f" (rel diff {err:.1e})", flush=True)
-            spec.TILES[("bf16", block)], spec.VALUE_TILES[("bf16", block)] = saved, saved_v
+                    drv.backward(do, q, k, v, causal=True)
+                finally:
+                    spec.VALUE_TILES[("bf16", bkv)] = saved
+            candidates.append(("bwd", tile, bwd))
+        for kind, tile, fn in candidates:
+            if time.monotonic() - start > args.budget:
+                break
+            try:
+                ms = bench(fn)
+            except Exception as exc:  # a tile that does not compile (shared memory) or fails
+                ms = float("nan")
+                print(f"  {kind} {tile}: {type(exc).__name__}: {str(exc)[:120]}")
+            rows.append(dict(shape=f"B{b} H{h} N{n} D{d}", kind=kind, tile=tile, segments=s.g, ms=ms))
+            print(f"B{b} H{h} N{n} D{d} G{s.g} {kind} C,T,warps,stages={tile}: {ms:.4f} ms", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     print("\nbest per shape and pass:")
@@ -84,7 +106,7 @@ def main() -> None:
         ok = [r for r in rows if (r["shape"], r["kind"]) == key and r["ms"] == r["ms"]]
         if ok:
             best = min(ok, key=lambda r: r["ms"])
-            print(f"  {key[0]} {key[1]}: {best['ms']:.4f} ms with C,T,warps,stages={best['tile']} programs/SM={best['pps']}")
+            print(f"  {key[0]} {key[1]}: {best['ms']:.4f} ms with C,T,warps,stages={best['tile']}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import torch
 import triton
 
 from triton_src.linear_attn import kernels as K
-from triton_src.linear_attn.spec import BLOCKS, DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS, TILES, VALUE_TILES
+from triton_src.linear_attn.spec import (BLOCKS, DECODE_BT, DECODE_WARPS, FWD_TILES, PRECISION, SCAN_CONSTEXPRS,
+                                         STATE_TILES, TILES, VALUE_TILES)
 
 
 def pad16(x: int) -> int:
@@ -75,18 +76,18 @@ class _Setup:
         self.q, self.k = _padded(q, self.dp, fill), _padded(k, self.dp, fill)
         self.v = _padded(v, self.dvp, 0.0)
         self.bk = block_for(self.dtype, self.n_parts * self.dp)
-        self.c, self.bt, self.warps, self.stages = TILES[self.dtype, self.bk]
         self.prec = PRECISION[self.dtype]
-        self.launch = dict(num_warps=self.warps, num_stages=self.stages)
-        self.nt = triton.cdiv(self.dvp, self.bt)
+        # (C, BT, launch options, Dv tiles) of the state pass, the forward and the dv pass.
+        self.state, self.fwd, self.dvt = (self._tiles(t[self.dtype, self.bk]) for t in (STATE_TILES, FWD_TILES, TILES))
+        self.nt = self.fwd[3]
         # Segments hold whole chunks of the backward's dq / dk kernels too (as csrc's make_plan).
         c_value = VALUE_TILES[self.dtype, block_for(self.dtype, self.dvp)][0]
         if target_programs is None:  # as csrc: per multiprocessor of the device (an H100/H200's 132)
             cuda = q.device.type == "cuda"
             sms = torch.cuda.get_device_properties(q.device).multi_processor_count if cuda else 132
             target_programs = programs_per_sm(self.bk) * sms
-        self.g, self.l = segments(self.n, max(self.c, c_value), self.nt * self.h * self.b, target_programs,
-                                  seg_len)
+        quantum = max(self.state[0], self.fwd[0], self.dvt[0], c_value)
+        self.g, self.l = segments(self.n, quantum, self.nt * self.h * self.b, target_programs, seg_len)
         self.f = self.n_parts * self.d
         self.fd = self.f * self.dv
         self.e = self.fd + self.f
@@ -100,6 +101,10 @@ class _Setup:
             self.wc = self.ws = self.dummy
             self.sw_b = 0
 
+    def _tiles(self, tile):
+        c, bt, warps, stages = tile
+        return c, bt, dict(num_warps=warps, num_stages=stages), triton.cdiv(self.dvp, bt)
+
     def dims(self):
         return (self.dp, self.dvp, self.d, self.dv)
 
@@ -111,11 +116,12 @@ class _Setup:
                 return self.dummy, self.dummy, 0, 0, 0, 0, 0
             return s0, z0, self.fd, 0, self.f, 0, 1
         x = torch.empty(self.b, self.hkv, self.g, self.ep, dtype=torch.float32, device=self.q.device)
-        K.la_state_kernel[(self.nt * self.g * self.b * self.hkv,)](
+        c, bt, launch, nt = self.state
+        K.la_state_kernel[(nt * self.g * self.b * self.hkv,)](
             self.k, self.v, self.wc, self.ws, x,
             self.hkv, self.n, *self.dims(), self.g, self.l, self.phi_kind, self.n_parts,
             *_st(self.k), *_st(self.v), self.sw_b, self.ep,
-            C=self.c, BK=self.bk, BT=self.bt, PREC=self.prec, **self.launch)
+            C=c, BK=self.bk, BT=bt, PREC=self.prec, **launch)
         self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
         xz = x.view(-1)[self.fd:]
         seg = self.ep if self.causal else 0
@@ -164,7 +170,7 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
         st.phi_kind, st.normalize, st.n_parts, has_s, int(return_state and single), 0,
         scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(out),
         st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
-        C=st.c, CAUSAL=st.causal, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
+        C=st.fwd[0], CAUSAL=st.causal, BK=st.bk, BT=st.fwd[1], PREC=st.prec, **st.fwd[2])
     return _unpad(out, st.dv), sf, zf
 
 
@@ -186,7 +192,7 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
             st.phi_kind, st.normalize, st.n_parts, has_s, 0, 1,
             scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do),
             st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
-            C=st.c, CAUSAL=st.causal, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
+            C=st.fwd[0], CAUSAL=st.causal, BK=st.bk, BT=st.fwd[1], PREC=st.prec, **st.fwd[2])
     bkv = block_for(st.dtype, st.dvp)
     c2, bf, w2, s2 = VALUE_TILES[st.dtype, bkv]
     launch2 = dict(num_warps=w2, num_stages=s2)
@@ -221,13 +227,14 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         r, rz, sr_bh, sr_g, srz_bh, srz_g, has_r = st.dummy, st.dummy, 0, 0, 0, 0, 0
     dk = torch.empty(st.b, st.hkv, st.n, st.dp, dtype=q.dtype, device=dev)
     dv = torch.empty(st.b, st.hkv, st.n, st.dvp, dtype=q.dtype, device=dev)
-    K.la_bwd_dv_kernel[(st.nt * st.g * st.b * st.hkv,)](
+    c, bt, launch, nt = st.dvt
+    K.la_bwd_dv_kernel[(nt * st.g * st.b * st.hkv,)](
         st.q, st.k, do, dv, st.wc, st.ws, r, den,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
         st.phi_kind, st.normalize, st.n_parts, has_r,
         scale, *_st(st.q), *_st(st.k), *_st(do), *_st(dv),
         st.sw_b, sr_bh, sr_g,
-        C=st.c, CAUSAL=st.causal, BK=st.bk, BT=st.bt, PREC=st.prec, **st.launch)
+        C=c, CAUSAL=st.causal, BK=st.bk, BT=bt, PREC=st.prec, **launch)
     K.la_bwd_dk_kernel[(nf * st.g * st.b * st.hkv,)](
         st.q, st.k, st.v, do, dk, st.wc, st.ws, r, rz, den, dl,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l, nt_stats,

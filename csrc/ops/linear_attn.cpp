@@ -390,7 +390,9 @@ struct Plan {
   Phi phi;
   bool causal;
   at::ScalarType dtype;
-  int64_t dp, dvp, bk, c, bt, nt, g, l, f, fd, e, ep;
+  int64_t dp, dvp, bk;
+  int64_t nt_state, nt, nt_dv;  // Dv tiles of the state pass, the forward (and stats), the dv pass
+  int64_t g, l, f, fd, e, ep;
   Tensor q, k, v;  // kernel-ready inputs
   Weights w;
 };
@@ -412,16 +414,19 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   p.k = kernel_input(k, p.dp, fill);
   p.v = kernel_input(v, p.dvp, 0.0);
   p.bk = block_for(p.dtype, sh.parts * p.dp);
-  const auto cx = aot::la_state_constexprs({p.dtype, p.bk});  // the forward's tiles too (spec.py TILES)
-  p.c = cx.C;
-  p.bt = cx.BT;
-  p.nt = ceil_div(p.dvp, p.bt);
+  // Each Dv-tiled kernel has its own tiles (spec.py STATE_TILES, FWD_TILES, TILES).
+  const auto c_state = aot::la_state_constexprs({p.dtype, p.bk});
+  const auto c_fwd = aot::la_fwd_constexprs({p.dtype, p.bk, causal});
+  const auto c_dv = aot::la_bwd_dv_constexprs({p.dtype, p.bk, causal});
+  p.nt_state = ceil_div(p.dvp, c_state.BT);
+  p.nt = ceil_div(p.dvp, c_fwd.BT);
+  p.nt_dv = ceil_div(p.dvp, c_dv.BT);
   // A segment must hold whole chunks of every kernel that walks it, and the backward's dq and dk
   // kernels chunk by their own tile (C of VALUE_TILES), which can exceed the forward's: a segment
   // of 32 rows walked in chunks of 64 summed the next segment's rows into its reverse state.
   const int64_t bkv = block_for(p.dtype, p.dvp);
   const int64_t c_value = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal}).C;
-  const int64_t quantum = std::max(p.c, c_value);
+  const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value});
   const int64_t nc = ceil_div(sh.n, quantum);
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
   const int64_t target = programs_per_sm(p.bk) * runtime::multiprocessor_count(q.get_device());
@@ -477,7 +482,7 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
   }
   const Shape& sh = p.sh;
   buffer = at::empty({sh.b, sh.hkv, p.g, p.ep}, p.q.options().dtype(at::kFloat));
-  aot::la_state({p.dtype, p.bk}, config(p.q, p.nt * p.g * sh.b * sh.hkv, "linear_attn state"), p.k.const_data_ptr(),
+  aot::la_state({p.dtype, p.bk}, config(p.q, p.nt_state * p.g * sh.b * sh.hkv, "linear_attn state"), p.k.const_data_ptr(),
                 p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), sh.hkv, sh.n, p.dp, p.dvp, sh.d,
                 sh.dv, p.g, p.l, p.phi.kind, sh.parts, st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
                 st(p.v, 2), p.w.stride_b, p.ep);
@@ -605,7 +610,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   }
   Tensor dk = kernel_output(sh.b, sh.hkv, sh.n, p.dp, k);
   Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
-  aot::la_bwd_dv({p.dtype, p.bk, causal}, config(q, p.nt * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"),
+  aot::la_bwd_dv({p.dtype, p.bk, causal}, config(q, p.nt_dv * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"),
                  p.q.const_data_ptr(), p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(),
                  p.w.s(), rev.s, den_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind,
                  phi.normalize, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2),

@@ -97,9 +97,10 @@ def test_state_kernel_matches_reference(cos):
     st = drv._Setup(k.repeat(1, 2, 1, 1), k, v, "elu+1", False, *(w or (None, None)), 1, 64)
     parts = 2 if cos else 1
     x = torch.full((b, hkv, st.g, st.ep), float("nan"))
-    K.la_state_kernel[(st.nt * st.g * b * hkv,)](
+    c, bt, _, nt = st.state
+    K.la_state_kernel[(nt * st.g * b * hkv,)](
         st.k, st.v, st.wc, st.ws, x, hkv, n, *st.dims(), st.g, st.l, 1, parts,
-        *drv._st(st.k), *drv._st(st.v), st.sw_b, st.ep, C=st.c, BK=st.bk, BT=st.bt, PREC=st.prec)
+        *drv._st(st.k), *drv._st(st.v), st.sw_b, st.ep, C=c, BK=st.bk, BT=bt, PREC=st.prec)
     ref_s, ref_z = K.state_reference(k, v, 1, w, st.l)
     f = parts * d
     assert rel_error(x[..., : f * dv].reshape(b, hkv, st.g, f, dv), ref_s) < 1e-4
