@@ -59,12 +59,17 @@ def _decode_partial_constexprs(key: dict) -> dict:
 
 
 def _decode_out_constexprs(key: dict) -> dict:
-    # BLOCK_R: the U columns a program loads before it waits for the partials; with M <= 16 that
-    # is all of R <= 256 (M = 64 keeps 64: its [M, BLOCK_R] fp32 sum of partials takes registers).
-    small = key["BLOCK_M"] == 16
+    # BLOCK_R: the U columns a program loads before it waits for the partials. All of R <= 256, so
+    # that the whole read of U overlaps the first kernel; at M = 64 with 8 warps (_decode_out_warps),
+    # for the registers of the [64, 256] fp32 sum of partials. BLOCK_N 64 rather than 32 at M = 64:
+    # every program reads all the partials, so twice the programs would read twice the bytes from L2.
     if _wide(key):
-        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 256 if small else 64, "BLOCK_N": 64}
+        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 256, "BLOCK_N": 64}
     return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 64, "BLOCK_N": 32}
+
+
+def _decode_out_warps(key: dict) -> int:
+    return 8 if _wide(key) and key["BLOCK_M"] == 64 else 4
 
 
 _DECODE_PARTIAL_PARAMS = (
@@ -143,7 +148,7 @@ KERNELS = [
         params=_DECODE_OUT_PARAMS,
         keys=_DECODE_KEYS,
         constexprs=_decode_out_constexprs,
-        num_warps=4,
+        num_warps=_decode_out_warps,
         num_stages=3,
     ),
     KernelSpec(
