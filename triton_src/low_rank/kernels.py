@@ -172,12 +172,12 @@ def low_rank_decode_partial_kernel(
     x_inner, sx_outer, sx_inner, sv_r,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
-    """The first kernel of a decode call: part[ks, :M, rb rows] = x[:, ks-th K range] @ V[rb rows, ks-th K range].T.
+    """A decode call's first kernel: part[ks, :M, rb rows] = x[:, K range ks] @ V[rb rows, K range ks].T.
 
     Grid (n_rblocks, ksplit): each V element is read by one program, all at the same time. part is
-    fp32 [ksplit, M, R]; the programs together write all of it. The partials are summed by
-    low_rank_decode_out_kernel in a fixed order (an atomic-add reduction would make results depend
-    on the order programs finish).
+    fp32 [ksplit, M, R]; the programs together write all of it. low_rank_decode_out_kernel sums the
+    partials in a fixed order (an atomic-add reduction would make results depend on the order
+    programs finish in).
     """
     # At once: the second kernel's programs start loading U on the SMs this grid leaves free.
     _launch_dependents()
@@ -227,7 +227,7 @@ def low_rank_decode_out_kernel(
     su_n, sy_m, sh_m,
     BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """The second kernel of a decode call: y[:, nb cols] = h @ U[nb cols].T (+ bias), h from the partials.
+    """A decode call's second kernel: y[:, nb cols] = h @ U[nb cols].T (+ bias), h from the partials.
 
     Grid max(1, cdiv(N, BLOCK_N)); launched as a programmatic dependent of
     low_rank_decode_partial_kernel, so its programs start while that kernel still reads V. Each
@@ -242,10 +242,7 @@ def low_rank_decode_out_kernel(
     rc = tl.arange(0, BLOCK_R)
     u_cols = u_ptr + cols.to(tl.int64)[None, :] * su_n
     ut = tl.load(u_cols + rc[:, None], mask=c_ok[None, :] & (rc[:, None] < R), other=0.0)
-    if has_bias != 0:
-        bias = tl.load(bias_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)
-    else:
-        bias = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    bias = tl.load(bias_ptr + cols, mask=c_ok & (has_bias != 0), other=0.0).to(tl.float32)
     _wait_for_primary()
     store = (store_h != 0) & (pid == 0)
     h = _hidden_chunk(part_ptr, h_ptr, rows, rc, M, R, n_ksplit, store, sh_m, BLOCK_M, BLOCK_R)
