@@ -15,7 +15,6 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/mm.h>
-#include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/accumulate.h>
 #include <torch/library.h>
@@ -166,11 +165,11 @@ const char* impl_name(Impl impl) {
 }
 
 // The smallest block of the fast kernels built for `dtype` (triton_src/low_rank/spec.py) that
-// covers `size`, or 0 when none does: the decode kernel's rows (BLOCK_M), the fused kernel's rank
-// (BLOCK_R). Their limits follow the declaration.
+// covers `size`, or 0 when none does: the decode kernels' rows (BLOCK_M; the two are built for the
+// same keys), the fused kernel's rank (BLOCK_R). Their limits follow the declaration.
 int64_t decode_block(c10::ScalarType dtype, int64_t rows) {
   for (int64_t b = 16; b <= 1024; b *= 2) {
-    if (b >= rows && aot::low_rank_decode_built({dtype, b})) return b;
+    if (b >= rows && aot::low_rank_decode_partial_built({dtype, b})) return b;
   }
   return 0;
 }
@@ -206,8 +205,9 @@ Impl triton_impl(const Chain& c) {
 // same decision for its dx chain; its weight gradients follow: Triton's wgrad kernel on a Triton
 // route, cuBLAS otherwise). backend="auto", from the H200 measurements in
 // benchmarks/results/low_rank.md:
-//   - decode (M <= 64, fast-kernel conditions hold): Triton. One launch reads each weight once;
-//     fwd+bwd at M = 16 and 64 beat two F.linear calls and their autograd.
+//   - decode (M <= 64, fast-kernel conditions hold): Triton. Two kernels chained by programmatic
+//     dependent launch read each weight once; fwd+bwd at M = 16 and 64 beat two F.linear calls and
+//     their autograd.
 //   - everything else: cuBLAS. The fused Triton kernel (h kept on chip) lost to two cuBLAS GEMMs at
 //     every large-M shape measured (2.0x to 4.1x slower at M >= 4096, R <= 256), and above R = 256
 //     the Triton path is two plain GEMMs. backend="triton" still runs them.
@@ -281,6 +281,40 @@ int64_t fused_n_split(int64_t m_blocks, int64_t K, int64_t N, int64_t sms) {
   return best;
 }
 
+// How the decode kernels split K: `parts` programs per R block of the first kernel, each over `len`
+// elements of K (a multiple of its BLOCK_K).
+struct KSplit {
+  int64_t parts;
+  int64_t len;
+};
+
+// The first kernel's program (R block, K range) streams x[:, K range] and w1[R block, K range],
+// (M + block_r) * len elements. Once that kernel has finished, every program of the second reads all
+// the fp32 partials, parts * M * R * 4 bytes. A call's critical path holds one program of each, so
+// `parts` minimizes the sum of their bytes: more splits shorten the first and lengthen the second.
+// At M16 r256 in = out = 4096 bf16: 4 splits (32 programs over V, 64 KB of partials per output
+// program); at M64: 4 (256 KB), where a fixed 64 KB cap on the partials would leave 8 programs that
+// each stream 768 KB (every R block reads all of x); at M1: 8, the cap below. The cap: the first
+// kernel takes at most a share of the SMs in proportion to its weight's bytes (w1 is R*K, w2 N*R),
+// so that the second kernel's programs, started early, stream w2 on the other SMs meanwhile.
+KSplit decode_k_split(int64_t M, int64_t K, int64_t R, int64_t N, int64_t elem_bytes, int64_t block_r,
+                      int64_t block_k, int64_t sms) {
+  const int64_t share = std::max<int64_t>(1, sms * K / (K + N));
+  const int64_t most = std::clamp<int64_t>(share / ceil_div(R, block_r), 1, ceil_div(K, block_k));
+  KSplit best{};
+  int64_t best_cost = 0;
+  for (int64_t s = 1; s <= most; ++s) {
+    const int64_t len = ceil_div(ceil_div(K, s), block_k) * block_k;
+    const int64_t parts = ceil_div(K, len);
+    const int64_t cost = (M + block_r) * len * elem_bytes + parts * M * R * 4;
+    if (s == 1 || cost < best_cost) {
+      best = {parts, len};
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 // out = (a @ w1.T) @ w2.T + bias, with hidden (if given) receiving a @ w1.T. a [M, K] (rows),
 // w1 [R, K], w2 [N, R], out [M, N] and hidden [M, R] contiguous.
 void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor& w2, const OptTensor& bias,
@@ -310,32 +344,33 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
     return;
   }
   TORCH_CHECK(impl == Impl::kDecode, "neuralops.low_rank: internal error: no kernel for this route");
-  const aot::LowRankDecodeKey key{dtype, decode_block(dtype, M)};
-  const auto cx = aot::low_rank_decode_constexprs(key);
-  const at::Tensor h = hidden.has_value() ? *hidden : at::empty({M, R}, out.options());
-  const int64_t n_rblocks = ceil_div(R, cx.BLOCK_R1);
-  const int64_t phase2 = ceil_div(N, cx.BLOCK_N);
-  // Phase 1 gets a share of the SMs in proportion to its bytes (w1 is R*K, w2 is N*R), so both
-  // weights stream at once; K is split until phase 1 has that many programs.
-  const int64_t sms = runtime::multiprocessor_count(device);
-  const int64_t target = std::max<int64_t>(1, sms * K / (K + N));
-  int64_t ksplit = std::clamp<int64_t>((target + n_rblocks / 2) / n_rblocks, 1, ceil_div(K, cx.BLOCK_K));
-  const int64_t k_len = ceil_div(ceil_div(K, ksplit), cx.BLOCK_K) * cx.BLOCK_K;
-  ksplit = ceil_div(K, k_len);
-  const at::Tensor part = ksplit > 1 ? at::empty({ksplit, M, R}, out.options().dtype(at::kFloat)) : h;
-  const at::Tensor sync = at::zeros({2 + n_rblocks}, out.options().dtype(at::kInt));
-  auto config = launch_config(out, n_rblocks * ksplit + phase2, 1, 1, "low_rank");
-  aot::low_rank_decode(key, config, a.t.const_data_ptr(), w1.const_data_ptr(), w2.const_data_ptr(),
-                       ptr_or(bias, out), out.mutable_data_ptr(), h.mutable_data_ptr(), part.mutable_data_ptr(),
-                       sync.mutable_data_ptr(), M, K, R, N, bias.has_value() ? 1 : 0, n_rblocks, ksplit,
-                       k_len, a.inner, a.s_outer, a.s_inner, kernel_stride(w1, 0), kernel_stride(w2, 0),
-                       N == 0 ? 0 : kernel_stride(out, 0), kernel_stride(h, 0));
+  const int64_t block_m = decode_block(dtype, M);
+  const aot::LowRankDecodePartialKey partial_key{dtype, block_m};
+  const aot::LowRankDecodeOutKey out_key{dtype, block_m};
+  const auto pcx = aot::low_rank_decode_partial_constexprs(partial_key);
+  const auto ocx = aot::low_rank_decode_out_constexprs(out_key);
+  const KSplit split = decode_k_split(M, K, R, N, out.element_size(), pcx.BLOCK_R, pcx.BLOCK_K,
+                                      runtime::multiprocessor_count(device));
+  // Written in full by the first kernel before the second reads it: no zeroing.
+  const at::Tensor part = at::empty({split.parts, M, R}, out.options().dtype(at::kFloat));
+  const auto partial_config = launch_config(out, ceil_div(R, pcx.BLOCK_R), split.parts, 1, "low_rank");
+  aot::low_rank_decode_partial(partial_key, partial_config, a.t.const_data_ptr(), w1.const_data_ptr(),
+                               part.mutable_data_ptr(), M, K, R, split.len, a.inner, a.s_outer, a.s_inner,
+                               kernel_stride(w1, 0));
+  // A programmatic dependent: its programs load their w2 tiles while the first kernel reads w1.
+  auto config = launch_config(out, std::max<int64_t>(1, ceil_div(N, ocx.BLOCK_N)), 1, 1, "low_rank");
+  config.programmatic_dependency = true;
+  aot::low_rank_decode_out(out_key, config, part.const_data_ptr(), w2.const_data_ptr(), ptr_or(bias, out),
+                           out.mutable_data_ptr(), ptr_or(hidden, out), M, R, N, split.parts,
+                           bias.has_value() ? 1 : 0, hidden.has_value() ? 1 : 0, kernel_stride(w2, 0),
+                           N == 0 ? 0 : kernel_stride(out, 0), hidden.has_value() ? kernel_stride(*hidden, 0) : 0);
 }
 
 // h = x @ V.T alone (the backward when autograd did not keep it).
 void run_hidden(Impl impl, const Rows& xr, const at::Tensor& V, const at::Tensor& h, int64_t M) {
   if (impl == Impl::kDecode) {
-    // The decode kernel with no output columns: phase 1 only, V read once across the GPU.
+    // The decode kernels with no output columns: V read once across the GPU into the partials,
+    // then one program sums them into h.
     const at::Tensor none = at::empty({0, V.size(0)}, h.options());
     run_chain(impl, xr, V, none, std::nullopt, at::empty({M, 0}, h.options()), h, M);
     return;
@@ -451,7 +486,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, OptTensor> low_rank_bwd(
     hr = rows_of(*hidden);
   } else {
     const at::Tensor h = at::empty({M, R}, x.options());
-    // h alone: the decode kernel's phase 1 where its conditions hold, else the general GEMM.
+    // h alone: the decode kernels (with no output columns) where their conditions hold, else the
+    // general GEMM.
     const Chain fwd = forward_chain(xr, x, U, V, std::nullopt);
     const bool decode = fwd.hints && decode_block(x.scalar_type(), M) != 0;
     run_hidden(decode ? Impl::kDecode : Impl::kTwoGemm, xr, V, h, M);

@@ -55,6 +55,8 @@ LoadedDriver load() {
         resolve(handle, "cuLaunchKernel", a.cuLaunchKernel, e))) {
     return d;
   }
+  // Optional: see CudaDriver::cuLaunchKernelEx.
+  a.cuLaunchKernelEx = reinterpret_cast<decltype(a.cuLaunchKernelEx)>(dlsym(handle, "cuLaunchKernelEx"));
   CUresult r = a.cuInit(0);
   if (r != CUDA_SUCCESS) {
     const char* name = nullptr;

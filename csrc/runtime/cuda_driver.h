@@ -23,6 +23,9 @@ struct CudaDriver {
   decltype(&::cuModuleGetFunction) cuModuleGetFunction;
   decltype(&::cuFuncSetAttribute) cuFuncSetAttribute;
   decltype(&::cuLaunchKernel) cuLaunchKernel;
+  // Null in drivers too old to have it: a launch that asks for programmatic dependent launch is
+  // then a plain cuLaunchKernel.
+  decltype(&::cuLaunchKernelEx) cuLaunchKernelEx;
 };
 
 // The loaded driver. Throws c10::Error (RuntimeError in Python) when libcuda.so.1 cannot be loaded

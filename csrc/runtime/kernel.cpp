@@ -111,6 +111,29 @@ LoadedFunction load(const KernelVariant& v, int device) {
   return f;
 }
 
+CUresult launch_function(const CudaDriver& d, const LoadedFunction& f, const LaunchConfig& c, void** params) {
+  const unsigned block = 32 * f.image->num_warps;
+  if (c.programmatic_dependency && d.cuLaunchKernelEx != nullptr && device_info(c.device).capability >= 90) {
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = c.grid[0];
+    config.gridDimY = c.grid[1];
+    config.gridDimZ = c.grid[2];
+    config.blockDimX = block;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.sharedMemBytes = f.image->shared_bytes;
+    config.hStream = c.stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return d.cuLaunchKernelEx(&config, f.function, params, nullptr);
+  }
+  return d.cuLaunchKernel(f.function, c.grid[0], c.grid[1], c.grid[2], block, 1, 1, f.image->shared_bytes,
+                          c.stream, params, nullptr);
+}
+
 }  // namespace
 
 int select_arch(const int* archs, int num_archs, int cc) {
@@ -155,9 +178,7 @@ void launch(const KernelVariant& v, const LaunchConfig& c, void** args, int num_
   for (int i = 0; i < total; ++i) {
     params[i] = i < num_args ? args[i] : &null_scratch;
   }
-  CUresult r = d.cuLaunchKernel(f.function, c.grid[0], c.grid[1], c.grid[2],
-                                32 * f.image->num_warps, 1, 1, f.image->shared_bytes, c.stream,
-                                params, nullptr);
+  CUresult r = launch_function(d, f, c, params);
   if (r != CUDA_SUCCESS) {
     const std::string what = std::string("launching kernel ") + v.name + " on cuda:" + std::to_string(c.device) +
         " with grid (" + std::to_string(c.grid[0]) + ", " + std::to_string(c.grid[1]) + ", " +

@@ -54,6 +54,11 @@ struct LaunchConfig {
   std::uint32_t grid[3];
   int device;                  // CUDA device index
   CUstream stream;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL): the kernel may
+  // start before that one has finished, and must wait for it (griddepcontrol.wait) before reading
+  // what it writes. Done on compute capability 9.0 and newer when the driver has cuLaunchKernelEx;
+  // otherwise the launch is a plain, stream-ordered one, where that wait returns at once.
+  bool programmatic_dependency = false;
 };
 
 // The architecture whose cubin runs on a device of compute capability `cc` (major * 10 + minor),

@@ -3,7 +3,13 @@
 Each shape is timed forward and forward+backward, for neuralops with ``backend="auto"`` (what users
 get), ``"triton"`` (the Triton kernels only) and ``"cublas"`` (the op routed to ATen/cuBLAS), next
 to two ``F.linear`` calls (and autograd through them). The case name says which implementation
-``auto`` picked. Run: ``python -m neuralops.bench low_rank [--quick]``.
+``auto`` picked. Decode forwards (M <= 64), where the host's launch cost dominates eager times, are
+also timed on the GPU alone, for ``auto`` and two ``F.linear`` calls, in CUDA graphs:
+  - "CUDA graph": one call per replay, after the L2 flush every repetition gets;
+  - "graph of L layers": one replay calls the op over L weight sets that together exceed the L2,
+    timed per call: every call reads its weights from DRAM, as the layers of a served model do,
+    without the replay's fixed cost of a few us that a one-call graph adds (timing.add_graphed_layers).
+Run: ``python -m neuralops.bench low_rank [--quick]``.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from neuralops.bench.harness import Case
-from neuralops.bench.timing import add_graphed
+from neuralops.bench.timing import add_graphed, add_graphed_layers
 from neuralops.core.triton_kernels import low_rank
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -52,6 +58,8 @@ def _fwd_case(m: int, k: int, r: int, n: int, dt: str) -> Case:
     if m <= _DECODE_ROWS:  # decode: the host's launch cost dominates eager times; graphs show the GPU's
         add_graphed(impls, "neuralops auto, CUDA graph", impls["neuralops auto"])
         add_graphed(impls, "2x F.linear, CUDA graph", impls["2x F.linear"])
+        add_graphed_layers(impls, "neuralops auto", lambda U, V, b: low_rank.fwd(x, U, V, b), (U, V, b))
+        add_graphed_layers(impls, "2x F.linear", lambda U, V, b: F.linear(F.linear(x, V), U, b), (U, V, b))
     return Case("low_rank fwd", f"M{m} in{k} out{n} r{r} {dt} (auto: {route})", nbytes, flops, impls)
 
 

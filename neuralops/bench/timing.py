@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 _L2_FLUSH_BYTES = 256 * 1024 * 1024  # several times any current L2
+# What the weight copies of a graph of layers add up to at least: over twice the L2 of an H100 or
+# H200 (50 and 60 MB), so a replay finds none of a layer's weights there from the previous one.
+_LAYERS_MIN_BYTES = 128 * 1024 * 1024
+
+
+class PerCall:
+    """``fn`` makes ``calls`` calls of the operation being timed; Timer reports the time of one."""
+
+    def __init__(self, fn: Callable[[], Any], calls: int) -> None:
+        self.fn, self.calls = fn, calls
+
+    def __call__(self) -> Any:
+        return self.fn()
 
 
 class Timer:
@@ -18,6 +31,7 @@ class Timer:
         self._flush = torch.empty(_L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
 
     def median_ms(self, fn: Callable[[], Any]) -> float:
+        """Median time of ``fn`` (of one of its calls, for a PerCall), in ms."""
         for _ in range(self.warmup):
             fn()
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
@@ -28,7 +42,8 @@ class Timer:
             fn()
             end.record()
         torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+        calls = fn.calls if isinstance(fn, PerCall) else 1
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / calls
 
 
 def graphed(fn: Callable[[], Any]) -> Callable[[], None]:
@@ -47,12 +62,30 @@ def graphed(fn: Callable[[], Any]) -> Callable[[], None]:
     return graph.replay
 
 
-def add_graphed(impls: dict[str, Callable[[], Any]], name: str, fn: Callable[[], Any]) -> None:
-    """impls[name] = graphed(fn), or a printed reason when fn cannot be captured (the case still runs)."""
+def add_graphed(impls: dict[str, Callable[[], Any]], name: str, fn: Callable[[], Any], calls: int = 1) -> None:
+    """impls[name] = graphed(fn), timed per call when fn makes ``calls`` of them; or a printed reason
+    when fn cannot be captured (the case still runs)."""
     try:
-        impls[name] = graphed(fn)
+        replay = graphed(fn)
     except RuntimeError as exc:
         print(f"[bench] {name}: not timed, CUDA graph capture failed: {exc}")
+        return
+    impls[name] = replay if calls == 1 else PerCall(replay, calls)
+
+
+def add_graphed_layers(impls: dict[str, Callable[[], Any]], label: str, fn: Callable[..., Any],
+                       weights: Sequence[torch.Tensor]) -> None:
+    """impls[f"{label}, graph of {L} layers"]: a CUDA graph that calls ``fn(*w)`` once for each of L
+    copies ``w`` of ``weights``, replayed and timed per call: a serving loop's view of a layer.
+
+    The copies add up to over twice the L2, so every call reads its weights from DRAM, as a model's
+    layers do one after the other. In a graph of one call the replay's fixed cost (about 3 us on the
+    H200) adds to a call of a few us and hides differences between kernels; here L calls share it.
+    """
+    per_layer = sum(t.numel() * t.element_size() for t in weights)
+    layers = max(2, -(-_LAYERS_MIN_BYTES // per_layer))
+    copies = [[t.clone() for t in weights] for _ in range(layers)]
+    add_graphed(impls, f"{label}, graph of {layers} layers", lambda: [fn(*w) for w in copies], calls=layers)
 
 
 def copy_bandwidth(timer: Timer, nbytes: int = 2 * 1024**3) -> float:

@@ -81,30 +81,37 @@ def run_fused(a, w1, w2, bias, hidden, sms):
     return out, (h if hidden else None), split
 
 
-def run_decode(a, w1, w2, bias, sms):
+def decode_k_split(m, k, r, n, elem, block_r, block_k, sms):
+    """(parts, K elements per part) as decode_k_split() in csrc/ops/low_rank.cpp."""
+    share = max(1, sms * k // (k + n))
+    most = min(max(share // cdiv(r, block_r), 1), cdiv(k, block_k))
+    best, best_cost = None, 0
+    for s in range(1, most + 1):
+        length = cdiv(cdiv(k, s), block_k) * block_k
+        parts = cdiv(k, length)
+        cost = (m + block_r) * length * elem + parts * m * r * 4
+        if best is None or cost < best_cost:
+            best, best_cost = (parts, length), cost
+    return best
+
+
+def run_decode(a, w1, w2, bias, sms, hidden=True):
     a, inner, s_outer, s_inner = rows_of(a)
     M = a.numel() // a.shape[-1]
     K, R, N = w1.shape[1], w1.shape[0], w2.shape[0]
-    cx = CONSTEXPRS["low_rank_decode"]({"dtype": DT[a.dtype], "BLOCK_M": 16 if M <= 16 else 64})
-    n_rblocks = cdiv(R, cx["BLOCK_R1"])
-    phase2 = cdiv(N, cx["BLOCK_N"])
-    target = max(1, sms * K // (K + N))
-    ksplit = min(max((target + n_rblocks // 2) // n_rblocks, 1), cdiv(K, cx["BLOCK_K"]))
-    k_len = cdiv(cdiv(K, ksplit), cx["BLOCK_K"]) * cx["BLOCK_K"]
-    ksplit = cdiv(K, k_len)
+    key = {"dtype": DT[a.dtype], "BLOCK_M": 16 if M <= 16 else 64}
+    pcx = CONSTEXPRS["low_rank_decode_partial"](key)
+    ocx = CONSTEXPRS["low_rank_decode_out"](key)
+    ksplit, k_len = decode_k_split(M, K, R, N, a.element_size(), pcx["BLOCK_R"], pcx["BLOCK_K"], sms)
+    part = nan(ksplit, M, R, dtype=torch.float32)   # NaN: a partial read before it is written shows
+    kernels.low_rank_decode_partial_kernel[(cdiv(R, pcx["BLOCK_R"]), ksplit)](
+        a, w1, part, M, K, R, k_len, inner, s_outer, s_inner, kstride(w1), **pcx)
     out = nan(M, N, dtype=a.dtype)
-    h = nan(M, R, dtype=a.dtype)
-    part = nan(ksplit, M, R, dtype=torch.float32) if ksplit > 1 else h
-    sync = torch.zeros(2 + n_rblocks, dtype=torch.int32)
-    grid = n_rblocks * ksplit + phase2
-    kernels.low_rank_decode_kernel[(grid,)](
-        a, w1, w2, bias if bias is not None else out, out, h, part, sync, M, K, R, N,
-        int(bias is not None), n_rblocks, ksplit, k_len, inner, s_outer, s_inner, kstride(w1),
-        kstride(w2), 0 if N == 0 else kstride(out), kstride(h), **cx)
-    assert sync[0].item() == grid and sync[1].item() == n_rblocks
-    if ksplit > 1:
-        assert sync[2:].tolist() == [ksplit] * n_rblocks
-    return out, h, ksplit
+    h = nan(M, R, dtype=a.dtype) if hidden else out
+    kernels.low_rank_decode_out_kernel[(max(1, cdiv(N, ocx["BLOCK_N"])),)](
+        part, w2, bias if bias is not None else out, out, h, M, R, N, ksplit, int(bias is not None),
+        int(hidden), kstride(w2), 0 if N == 0 else kstride(out), kstride(h) if hidden else 0, **ocx)
+    return out, (h if hidden else None), ksplit
 
 
 def run_gemm_nt(a, b, bias):
@@ -172,9 +179,9 @@ def test_fused_kernel(dtype, lead, k, r, n, sms, layout, bias):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("lead,k,r,n,sms,layout", [
     ((1,), 300, 48, 80, 132, "contiguous"),     # K split, two R blocks (the second masked)
-    ((16,), 40, 30, 33, 1, "padded"),           # one K range: h stored directly; odd N
-    ((5, 8), 130, 64, 20, 132, "transposed"),   # BLOCK_M 64, two row levels, K split
-    ((3,), 200, 300, 70, 132, "contiguous"),    # R > BLOCK_R2: phase 2 loops over R
+    ((16,), 40, 30, 33, 1, "padded"),           # one K range; odd N
+    ((5, 8), 520, 64, 20, 132, "transposed"),   # BLOCK_M 64, two row levels, K split
+    ((3,), 200, 300, 70, 132, "contiguous"),    # R > the output kernel's BLOCK_R: it loops over R
 ])
 @pytest.mark.parametrize("bias", [True, False])
 def test_decode_kernel(dtype, lead, k, r, n, sms, layout, bias):
@@ -184,9 +191,12 @@ def test_decode_kernel(dtype, lead, k, r, n, sms, layout, bias):
     y_ref, h_ref = kernels.low_rank_reference(x, U, V, b)
     assert rel_error(y, y_ref) <= TOL[dtype] and rel_error(h, h_ref) <= TOL[dtype]
     assert (ksplit > 1) == (lead != (16,))
+    y2, none, _ = run_decode(x, V, U, b, sms, hidden=False)
+    assert none is None and torch.equal(y2, y)
 
 
 def test_decode_kernel_hidden_only():
+    """N = 0, as the backward asks for h alone: the output kernel runs one program."""
     x, U, V, _ = make((7,), 200, 40, 0, torch.float32)
     y, h, ksplit = run_decode(x, V, U, None, 132)
     assert y.shape == (7, 0) and ksplit > 1

@@ -23,7 +23,7 @@ CASES = [
     ((16,), 4096, 256, 4096, "triton_decode"),      # the headline decode shape
     ((1,), 64, 16, 48, "triton_decode"),
     ((3, 7), 512, 96, 272, "triton_decode"),        # M = 21: BLOCK_M 64
-    ((64,), 1024, 512, 2048, "triton_decode"),      # R > 256: phase 2 loops over R
+    ((64,), 1024, 512, 2048, "triton_decode"),      # R > 256: the output kernel loops over R
     ((65,), 256, 128, 384, "triton_fused"),
     ((4, 300), 1024, 256, 1024, "triton_fused"),    # BLOCK_R 256 (fp32: two GEMMs, R > 128)
     ((2048,), 512, 64, 768, "triton_fused"),
@@ -171,6 +171,19 @@ def test_decode_is_deterministic():
     first = low_rank.fwd(x, U, V, b)
     for _ in range(5):
         assert torch.equal(low_rank.fwd(x, U, V, b), first)
+
+
+def test_decode_calls_queued_back_to_back():
+    """The decode output kernel is a programmatic dependent launch: it starts while the partial
+    kernel still runs and must wait for its partials. Calls queued with no sync in between, whose
+    partial buffers reuse each other's memory, must each be right."""
+    U, V, b = make((16,), 4096, 256, 4096, torch.bfloat16)[1:]
+    xs = [make((m,), 4096, 256, 4096, torch.bfloat16, seed=s)[0] for s, m in enumerate([16, 64, 1, 37] * 5)]
+    assert all(low_rank.route(x, U, V, b) == "triton_decode" for x in xs)
+    ys = [low_rank.fwd(x, U, V, b) for x in xs]
+    for x, y in zip(xs, ys):
+        err = rel_error(y, exact(x, U, V, b))
+        assert err <= TOL[torch.bfloat16], f"M={x.shape[0]}: relative error {err:.3g}"
 
 
 @pytest.mark.parametrize("lead,k,r,n,expected", [CASES[0], CASES[4]], ids=[IDS[0], IDS[4]])

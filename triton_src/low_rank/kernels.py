@@ -27,7 +27,14 @@ Kernels
                              h tile over all of K and keeps it on chip while it sweeps its share of
                              the N columns (grid axis 1 splits N when M alone gives too few programs;
                              each split recomputes the h tile). h is stored only when asked (training).
-    low_rank_decode_kernel   M <= 64, any R: both weights read once, in one launch (see its docstring).
+    low_rank_decode_partial_kernel, low_rank_decode_out_kernel
+                             M <= 64, any R. The op is then a read of V and U and little arithmetic,
+                             so the goal is to stream both weights at once, each element read by one
+                             program, across all SMs. The first kernel writes fp32 partials of
+                             h over (R block, K range); the second is launched as its programmatic
+                             dependent (PDL, sm_90 and newer): its programs load their U tiles while
+                             the first still reads V, wait for it (griddepcontrol.wait), then sum the
+                             partials in a fixed order and write y. No counters, no zeroed buffer.
     gemm_nt_kernel           C = A @ B.T (+ bias): the two-GEMM path, used where R is too large to keep
                              h on chip.
     low_rank_wgrad_kernel    dU = g.T @ h and dV = dh.T @ x in one launch (their output tiles together
@@ -41,6 +48,10 @@ and decode kernels compute ``low_rank_reference``), which the interpreter tests 
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.language.target_info import cuda_capability_geq
+from triton.runtime.jit import constexpr_function
 
 
 def _rows_2d(t: torch.Tensor) -> torch.Tensor:
@@ -128,100 +139,122 @@ def low_rank_fused_kernel(
         tl.store(y_rows + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & c_ok[None, :])
 
 
-# ---- decode forward (M <= 64); its reference is low_rank_reference ------------------------------
+# ---- decode forward (M <= 64), two kernels chained by programmatic dependent launch ------------
+# Their reference is low_rank_reference.
+
+
+@constexpr_function
+def _has_grid_dependency_control():
+    # griddepcontrol exists from sm_90 on (sm_80 has no such instruction). The interpreter runs no
+    # PTX, whatever GPU the machine has.
+    return not knobs.runtime.interpret and cuda_capability_geq(9, 0)
+
 
 @triton.jit
-def low_rank_decode_kernel(
-    x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, h_ptr, part_ptr, sync_ptr,
-    M, K, R, N, has_bias, n_rblocks, n_ksplit, k_split,
-    x_inner, sx_outer, sx_inner, sv_r, su_n, sy_m, sh_m,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R1: tl.constexpr,
-    BLOCK_R2: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    """Both phases in one launch, each weight read once, by all SMs at the same time.
+def _launch_dependents():
+    """Lets the next kernel in the stream, when launched as a programmatic dependent, start now."""
+    if _has_grid_dependency_control():
+        gdc_launch_dependents()
 
-    With M <= 64 the op is a read of V and U (R*(K+N) elements) and little arithmetic, so the design
-    goal is to stream both weights at full bandwidth: no weight tile is read by two programs, and
-    the programs that read U do so while the others are still reading V.
-      phase 1 (n_rblocks * n_ksplit programs): program (rb, ks) reads V[rb rows, ks-th K range] and
-        computes that slice of h. With one K range it stores h directly; otherwise it stores an fp32
-        partial and the last of the K ranges of its rb to arrive sums the partials in a fixed order
-        (so results are deterministic) and stores h. Each finished rb increments sync[1].
-      phase 2 (cdiv(N, BLOCK_N) programs): program nb loads its U tile for the first BLOCK_R2 of R,
-        then waits for sync[1] == n_rblocks, reads h (from L2), and writes y[:, nb cols].
-    Roles are handed out by arrival (a ticket from sync[0]), not by program id: a program that waits
-    holds a ticket past every phase-1 ticket, so all of phase 1 is already running and never waits
-    itself. The launch cannot deadlock whatever order the hardware starts programs in, and neither
-    does the sequential interpreter. sync ([2 + n_rblocks] int32) must be zero at launch.
-    An atomic-add reduction of h would save the partial buffer but make results order-dependent.
+
+@triton.jit
+def _wait_for_primary():
+    """Waits until the previous kernel in the stream has completed and its writes are visible
+    (returns at once when this kernel was launched as a plain, stream-ordered, launch)."""
+    if _has_grid_dependency_control():
+        gdc_wait()
+
+
+@triton.jit
+def low_rank_decode_partial_kernel(
+    x_ptr, v_ptr, part_ptr,
+    M, K, R, k_split,
+    x_inner, sx_outer, sx_inner, sv_r,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    """A decode call's first kernel: part[ks, :M, rb rows] = x[:, K range ks] @ V[rb rows, K range ks].T.
+
+    Grid (n_rblocks, ksplit): each V element is read by one program, all at the same time. part is
+    fp32 [ksplit, M, R]; the programs together write all of it. low_rank_decode_out_kernel sums the
+    partials in a fixed order (an atomic-add reduction would make results depend on the order
+    programs finish in).
     """
-    ticket = tl.atomic_add(sync_ptr, 1)
-    n_phase1 = n_rblocks * n_ksplit
+    # At once: the second kernel's programs start loading U on the SMs this grid leaves free.
+    _launch_dependents()
+    rb = tl.program_id(0)
+    ks = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)
     row_ok = rows < M
-    h_rows = h_ptr + rows.to(tl.int64)[:, None] * sh_m
-    if ticket < n_phase1:
-        rb = ticket % n_rblocks
-        ks = ticket // n_rblocks
-        rr = rb * BLOCK_R1 + tl.arange(0, BLOCK_R1)
-        r_ok = rr < R
-        x_rows = x_ptr + _row_offsets(rows, x_inner, sx_outer, sx_inner)
-        v_rows = v_ptr + rr.to(tl.int64) * sv_r
-        kk0 = tl.arange(0, BLOCK_K)
-        k_lo = ks * k_split
-        k_hi = tl.minimum(k_lo + k_split, K)
-        acc = tl.zeros((BLOCK_M, BLOCK_R1), dtype=tl.float32)
-        for k0 in range(k_lo, k_hi, BLOCK_K):
-            kk = k0 + kk0
-            k_ok = kk < k_hi
-            a = tl.load(x_rows[:, None] + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(v_rows[None, :] + kk[:, None], mask=r_ok[None, :] & k_ok[:, None], other=0.0)
-            acc = _dot(a, b, acc)
-        tile_ok = row_ok[:, None] & r_ok[None, :]
-        # A scalar atomic is issued by one thread: the barrier before each release makes every
-        # thread's stores precede it. Reads of data another program released go through L2 (.cg).
-        if n_ksplit == 1:
-            tl.store(h_rows + rr[None, :], acc.to(h_ptr.dtype.element_ty), mask=tile_ok)
-            tl.debug_barrier()
-            tl.atomic_add(sync_ptr + 1, 1, sem="release")
-        else:
-            part_tile = (rows.to(tl.int64) * R)[:, None] + rr[None, :]
-            slice_size = M.to(tl.int64) * R
-            tl.store(part_ptr + ks * slice_size + part_tile, acc, mask=tile_ok)
-            tl.debug_barrier()
-            arrived = tl.atomic_add(sync_ptr + 2 + rb, 1, sem="acq_rel")
-            if arrived == n_ksplit - 1:
-                total = tl.zeros((BLOCK_M, BLOCK_R1), dtype=tl.float32)
-                for s in range(0, n_ksplit):
-                    total += tl.load(part_ptr + s * slice_size + part_tile, mask=tile_ok, other=0.0,
-                                     cache_modifier=".cg")
-                tl.store(h_rows + rr[None, :], total.to(h_ptr.dtype.element_ty), mask=tile_ok)
-                tl.debug_barrier()
-                tl.atomic_add(sync_ptr + 1, 1, sem="release")
-    else:
-        cols = (ticket - n_phase1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        c_ok = cols < N
-        r2 = tl.arange(0, BLOCK_R2)
-        u_cols = u_ptr + cols.to(tl.int64)[None, :] * su_n
-        # Issued before the wait: this U tile streams in while phase 1 is still reading V.
-        ut = tl.load(u_cols + r2[:, None], mask=c_ok[None, :] & (r2[:, None] < R), other=0.0)
-        ready = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
-        while ready < n_rblocks:
-            ready = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
-        tl.debug_barrier()
-        hb = tl.load(h_rows + r2[None, :], mask=row_ok[:, None] & (r2[None, :] < R), other=0.0,
-                     cache_modifier=".cg")
-        out = _dot(hb, ut, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
-        for r0 in range(BLOCK_R2, R, BLOCK_R2):
-            rc = r0 + r2
-            ut = tl.load(u_cols + rc[:, None], mask=c_ok[None, :] & (rc[:, None] < R), other=0.0)
-            hb = tl.load(h_rows + rc[None, :], mask=row_ok[:, None] & (rc[None, :] < R), other=0.0,
-                         cache_modifier=".cg")
-            out = _dot(hb, ut, out)
-        if has_bias != 0:
-            out += tl.load(bias_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)[None, :]
-        y_out = y_ptr + rows.to(tl.int64)[:, None] * sy_m + cols[None, :]
-        tl.store(y_out, out.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & c_ok[None, :])
+    rr = rb * BLOCK_R + tl.arange(0, BLOCK_R)
+    r_ok = rr < R
+    x_rows = x_ptr + _row_offsets(rows, x_inner, sx_outer, sx_inner)
+    v_rows = v_ptr + rr.to(tl.int64) * sv_r
+    kk0 = tl.arange(0, BLOCK_K)
+    k_lo = ks * k_split
+    k_hi = tl.minimum(k_lo + k_split, K)
+    acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        kk = k0 + kk0
+        k_ok = kk < k_hi
+        a = tl.load(x_rows[:, None] + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(v_rows[None, :] + kk[:, None], mask=r_ok[None, :] & k_ok[:, None], other=0.0)
+        acc = _dot(a, b, acc)
+    part = part_ptr + ks * (M.to(tl.int64) * R) + (rows.to(tl.int64) * R)[:, None] + rr[None, :]
+    tl.store(part, acc, mask=row_ok[:, None] & r_ok[None, :])
+
+
+@triton.jit
+def _hidden_chunk(part_ptr, h_ptr, rows, rr, M, R, n_ksplit, store_h, sh_m, BLOCK_M: tl.constexpr,
+                  BLOCK_R: tl.constexpr):
+    """h[:, rr] in h's dtype: the partials summed over ks in order (so results are deterministic),
+    rounded as two F.linear calls round h; stored to h_ptr when store_h."""
+    tile_ok = (rows < M)[:, None] & (rr < R)[None, :]
+    part = part_ptr + (rows.to(tl.int64) * R)[:, None] + rr[None, :]
+    slice_size = M.to(tl.int64) * R
+    total = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+    for s in range(0, n_ksplit):
+        total += tl.load(part + s * slice_size, mask=tile_ok, other=0.0)
+    h = total.to(h_ptr.dtype.element_ty)
+    if store_h:
+        tl.store(h_ptr + rows.to(tl.int64)[:, None] * sh_m + rr[None, :], h, mask=tile_ok)
+    return h
+
+
+@triton.jit
+def low_rank_decode_out_kernel(
+    part_ptr, u_ptr, bias_ptr, y_ptr, h_ptr,
+    M, R, N, n_ksplit, has_bias, store_h,
+    su_n, sy_m, sh_m,
+    BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """A decode call's second kernel: y[:, nb cols] = h @ U[nb cols].T (+ bias), h from the partials.
+
+    Grid max(1, cdiv(N, BLOCK_N)); launched as a programmatic dependent of
+    low_rank_decode_partial_kernel, so its programs start while that kernel still reads V. Each
+    loads what that kernel does not write (its first BLOCK_R columns of U, its bias) before it
+    waits, then sums the partials. With store_h, program 0 also stores h; with N = 0 the grid is
+    that one program and it only stores h.
+    """
+    pid = tl.program_id(0)
+    rows = tl.arange(0, BLOCK_M)
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ok = cols < N
+    rc = tl.arange(0, BLOCK_R)
+    u_cols = u_ptr + cols.to(tl.int64)[None, :] * su_n
+    ut = tl.load(u_cols + rc[:, None], mask=c_ok[None, :] & (rc[:, None] < R), other=0.0)
+    bias = tl.load(bias_ptr + cols, mask=c_ok & (has_bias != 0), other=0.0).to(tl.float32)
+    _wait_for_primary()
+    store = (store_h != 0) & (pid == 0)
+    h = _hidden_chunk(part_ptr, h_ptr, rows, rc, M, R, n_ksplit, store, sh_m, BLOCK_M, BLOCK_R)
+    out = _dot(h, ut, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
+    for r0 in range(BLOCK_R, R, BLOCK_R):
+        rr = r0 + rc
+        ut = tl.load(u_cols + rr[:, None], mask=c_ok[None, :] & (rr[:, None] < R), other=0.0)
+        h = _hidden_chunk(part_ptr, h_ptr, rows, rr, M, R, n_ksplit, store, sh_m, BLOCK_M, BLOCK_R)
+        out = _dot(h, ut, out)
+    out += bias[None, :]
+    y_out = y_ptr + rows.to(tl.int64)[:, None] * sy_m + cols[None, :]
+    tl.store(y_out, out.to(y_ptr.dtype.element_ty), mask=(rows < M)[:, None] & c_ok[None, :])
 
 
 # ---- C = A @ B.T (+ bias): the two-GEMM path --------------------------------------------------

@@ -1,15 +1,16 @@
 """The low-rank projection kernel specializations the build compiles (read by triton_src.aot).
 
 Tile sizes are constexprs derived from the key; everything else (sizes, strides, split counts,
-whether there is a bias) is a run-time argument, so the variant count stays small: 23 variants.
+whether there is a bias) is a run-time argument, so the variant count stays small: 29 variants.
 
 Two kinds of kernels:
   - the general ones (gemm_nt, wgrad) run any shape and layout: each key is built twice, with and
     without the 16-byte hints (``aligned``), and the dispatcher picks the hinted form when it holds;
-  - the fast paths (fused, decode) are built only with the hints, written into their parameter
-    types (``:16``). csrc/ops/low_rank.cpp checks the hints before it picks them and sends other
-    shapes (odd sizes, misaligned views) to the general kernels. Without hints Triton cannot
-    vectorize a single load, so a hint-free form would be slow and, for these kernels, large.
+  - the fast paths (fused, the two decode kernels) are built only with the hints, written into
+    their parameter types (``:16``). csrc/ops/low_rank.cpp checks the hints before it picks them
+    and sends other shapes (odd sizes, misaligned views) to the general kernels. Without hints
+    Triton cannot vectorize a single load, so a hint-free form would be slow and, for these
+    kernels, large.
 
 Shared memory stays within 99 KB per block on sm_80 and sm_120 (the sm_86/sm_89 GPUs an sm_80
 cubin also runs on, and consumer Blackwell, allow no more).
@@ -44,26 +45,44 @@ _FUSED_PARAMS = (
     ("su_n", "i64:16"), ("sy_m", "i64:16"), ("sh_m", "i64:16"),
 )
 
-# ---- decode forward (M <= 64): phase 1 over (R block, K range), phase 2 over N blocks -----------
+# ---- decode forward (M <= 64): partials over (R block, K range), then y over N blocks ----------
+# The two kernels run one after the other in every call: built for the same keys, so the op can
+# check one of them.
+_DECODE_KEYS = {"dtype": _DTYPES, "BLOCK_M": (16, 64)}
 
-def _decode_constexprs(key: dict) -> dict:
-    # BLOCK_R2: the U tile phase 2 loads before it waits for h; with M <= 16 all of R <= 256.
+
+def _decode_partial_constexprs(key: dict) -> dict:
     small = key["BLOCK_M"] == 16
     if _wide(key):
-        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_K": 128 if small else 64, "BLOCK_R1": 32,
-                "BLOCK_R2": 256 if small else 64, "BLOCK_N": 64}
-    return {"BLOCK_M": key["BLOCK_M"], "BLOCK_K": 64 if small else 32, "BLOCK_R1": 32, "BLOCK_R2": 64,
-            "BLOCK_N": 32}
+        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_K": 128 if small else 64, "BLOCK_R": 32}
+    return {"BLOCK_M": key["BLOCK_M"], "BLOCK_K": 64 if small else 32, "BLOCK_R": 32}
 
 
-_DECODE_PARAMS = (
-    ("x_ptr", "*{dtype}:16"), ("v_ptr", "*{dtype}:16"), ("u_ptr", "*{dtype}:16"),
-    ("bias_ptr", "*{dtype}:16"), ("y_ptr", "*{dtype}:16"), ("h_ptr", "*{dtype}:16"),
-    ("part_ptr", "*fp32:16"), ("sync_ptr", "*i32"),
-    ("M", "i32"), ("K", "i32:16"), ("R", "i32:16"), ("N", "i32:16"), ("has_bias", "i32"),
-    ("n_rblocks", "i32"), ("n_ksplit", "i32"), ("k_split", "i32:16"),
+def _decode_out_constexprs(key: dict) -> dict:
+    # BLOCK_R: the U columns a program loads before it waits for the partials. All of R <= 256, so
+    # that the whole read of U overlaps the first kernel; at M = 64 with 8 warps (_decode_out_warps),
+    # for the registers of the [64, 256] fp32 sum of partials. BLOCK_N 64 rather than 32 at M = 64:
+    # every program reads all the partials, so twice the programs would read twice the bytes from L2.
+    if _wide(key):
+        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 256, "BLOCK_N": 64}
+    return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 64, "BLOCK_N": 32}
+
+
+def _decode_out_warps(key: dict) -> int:
+    return 8 if _wide(key) and key["BLOCK_M"] == 64 else 4
+
+
+_DECODE_PARTIAL_PARAMS = (
+    ("x_ptr", "*{dtype}:16"), ("v_ptr", "*{dtype}:16"), ("part_ptr", "*fp32:16"),
+    ("M", "i32"), ("K", "i32:16"), ("R", "i32:16"), ("k_split", "i32:16"),
     ("x_inner", "i32"), ("sx_outer", "i64:16"), ("sx_inner", "i64:16"), ("sv_r", "i64:16"),
-    ("su_n", "i64:16"), ("sy_m", "i64:16"), ("sh_m", "i64:16"),
+)
+
+_DECODE_OUT_PARAMS = (
+    ("part_ptr", "*fp32:16"), ("u_ptr", "*{dtype}:16"), ("bias_ptr", "*{dtype}:16"),
+    ("y_ptr", "*{dtype}:16"), ("h_ptr", "*{dtype}:16"),
+    ("M", "i32"), ("R", "i32:16"), ("N", "i32:16"), ("n_ksplit", "i32"), ("has_bias", "i32"),
+    ("store_h", "i32"), ("su_n", "i64:16"), ("sy_m", "i64:16"), ("sh_m", "i64:16"),
 )
 
 # ---- C = A @ B.T (+ bias) -----------------------------------------------------------------------
@@ -115,12 +134,21 @@ KERNELS = [
         num_stages=lambda key: 3 if _wide(key) and key["BLOCK_R"] <= 128 else 2,
     ),
     KernelSpec(
-        name="low_rank_decode",
-        function="low_rank_decode_kernel",
-        params=_DECODE_PARAMS,
-        keys={"dtype": _DTYPES, "BLOCK_M": (16, 64)},
-        constexprs=_decode_constexprs,
+        name="low_rank_decode_partial",
+        function="low_rank_decode_partial_kernel",
+        params=_DECODE_PARTIAL_PARAMS,
+        keys=_DECODE_KEYS,
+        constexprs=_decode_partial_constexprs,
         num_warps=4,
+        num_stages=3,
+    ),
+    KernelSpec(
+        name="low_rank_decode_out",
+        function="low_rank_decode_out_kernel",
+        params=_DECODE_OUT_PARAMS,
+        keys=_DECODE_KEYS,
+        constexprs=_decode_out_constexprs,
+        num_warps=_decode_out_warps,
         num_stages=3,
     ),
     KernelSpec(
