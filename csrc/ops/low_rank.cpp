@@ -288,31 +288,19 @@ struct KSplit {
   int64_t len;
 };
 
-// The first kernel's program (R block, K range) streams x[:, K range] and w1[R block, K range],
-// (M + block_r) * len elements. Once that kernel has finished, every program of the second reads all
-// the fp32 partials, parts * M * R * 4 bytes. A call's critical path holds one program of each, so
-// `parts` minimizes the sum of their bytes: more splits shorten the first and lengthen the second.
-// At M16 r256 in = out = 4096 bf16: 4 splits (32 programs over V, 64 KB of partials per output
-// program); at M64: 4 (256 KB), where a fixed 64 KB cap on the partials would leave 8 programs that
-// each stream 768 KB (every R block reads all of x); at M1: 8, the cap below. The cap: the first
-// kernel takes at most a share of the SMs in proportion to its weight's bytes (w1 is R*K, w2 N*R),
-// so that the second kernel's programs, started early, stream w2 on the other SMs meanwhile.
-KSplit decode_k_split(int64_t M, int64_t K, int64_t R, int64_t N, int64_t elem_bytes, int64_t block_r,
-                      int64_t block_k, int64_t sms) {
+// The first kernel's programs are latency-bound (a few tiles of w1 in flight each), so the split
+// gives it as many programs as its share of the SMs, in proportion to its weight's bytes (w1 is
+// R*K, w2 N*R), while the second kernel's programs, started early, stream w2 on the others. More
+// splits cost the second kernel: each of its programs reads all parts * M * R * 4 bytes of fp32
+// partials. H200, bf16, in = out = 4096, r256, per call in a CUDA graph of 32 layers: splits 1, 2,
+// 4, 8, 16, 32 took 17.5, 11.2, 8.6, 8.0, 10.0, 14.4 us at M16 and 30.6, 19.1, 14.5, 14.0, 17.3,
+// 27.1 us at M64; the rule gives 8 (64 programs) at both.
+KSplit decode_k_split(int64_t K, int64_t R, int64_t N, int64_t block_r, int64_t block_k, int64_t sms) {
   const int64_t share = std::max<int64_t>(1, sms * K / (K + N));
-  const int64_t most = std::clamp<int64_t>(share / ceil_div(R, block_r), 1, ceil_div(K, block_k));
-  KSplit best{};
-  int64_t best_cost = 0;
-  for (int64_t s = 1; s <= most; ++s) {
-    const int64_t len = ceil_div(ceil_div(K, s), block_k) * block_k;
-    const int64_t parts = ceil_div(K, len);
-    const int64_t cost = (M + block_r) * len * elem_bytes + parts * M * R * 4;
-    if (s == 1 || cost < best_cost) {
-      best = {parts, len};
-      best_cost = cost;
-    }
-  }
-  return best;
+  const int64_t r_blocks = ceil_div(R, block_r);
+  const int64_t parts = std::clamp<int64_t>((share + r_blocks / 2) / r_blocks, 1, ceil_div(K, block_k));
+  const int64_t len = ceil_div(ceil_div(K, parts), block_k) * block_k;
+  return {ceil_div(K, len), len};
 }
 
 // out = (a @ w1.T) @ w2.T + bias, with hidden (if given) receiving a @ w1.T. a [M, K] (rows),
@@ -349,8 +337,7 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
   const aot::LowRankDecodeOutKey out_key{dtype, block_m};
   const auto pcx = aot::low_rank_decode_partial_constexprs(partial_key);
   const auto ocx = aot::low_rank_decode_out_constexprs(out_key);
-  const KSplit split = decode_k_split(M, K, R, N, out.element_size(), pcx.BLOCK_R, pcx.BLOCK_K,
-                                      runtime::multiprocessor_count(device));
+  const KSplit split = decode_k_split(K, R, N, pcx.BLOCK_R, pcx.BLOCK_K, runtime::multiprocessor_count(device));
   // Written in full by the first kernel before the second reads it: no zeroing.
   const at::Tensor part = at::empty({split.parts, M, R}, out.options().dtype(at::kFloat));
   const auto partial_config = launch_config(out, ceil_div(R, pcx.BLOCK_R), split.parts, 1, "low_rank");

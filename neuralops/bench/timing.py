@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Any, Callable, Sequence
 
 import torch
@@ -24,23 +25,42 @@ class PerCall:
 
 
 class Timer:
-    """Times callables on the current CUDA device, flushing L2 before each repetition."""
+    """Times callables on the current CUDA device: the GPU's time, L2 flushed before each repetition.
+
+    Before each repetition's start event the GPU also spins for longer than the host takes to queue
+    ``fn`` (measured in the warm-up), so the events time the kernels and not the host's launch rate:
+    an op whose host path (Python, autograd) outlasts its kernels would otherwise be timed by the
+    host, differently from one run and one position in the table to the next. Host cost per call is
+    measured on its own (``python -m neuralops.bench.linear_attn --startup``)."""
 
     def __init__(self, warmup: int = 5, reps: int = 50) -> None:
         self.warmup, self.reps = warmup, reps
         self._flush = torch.empty(_L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(1_000_000)
+        end.record()
+        torch.cuda.synchronize()
+        self._cycles_per_ms = 1_000_000 / start.elapsed_time(end)
 
     def median_ms(self, fn: Callable[[], Any]) -> float:
         """Median time of ``fn`` (of one of its calls, for a PerCall), in ms."""
+        host_ms = 0.0
         for _ in range(self.warmup):
+            t0 = time.perf_counter()
             fn()
+            host_ms = max(host_ms, 1e3 * (time.perf_counter() - t0))
+            torch.cuda.synchronize()
+        cover = int(self._cycles_per_ms * (2 * host_ms + 0.05))
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         for start, end in zip(starts, ends):
             self._flush.zero_()
+            torch.cuda._sleep(cover)
             start.record()
             fn()
             end.record()
+            torch.cuda.synchronize()  # the next repetition's cover must not start behind this one's kernels
         torch.cuda.synchronize()
         calls = fn.calls if isinstance(fn, PerCall) else 1
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / calls

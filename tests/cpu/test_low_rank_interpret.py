@@ -81,18 +81,13 @@ def run_fused(a, w1, w2, bias, hidden, sms):
     return out, (h if hidden else None), split
 
 
-def decode_k_split(m, k, r, n, elem, block_r, block_k, sms):
+def decode_k_split(k, r, n, block_r, block_k, sms):
     """(parts, K elements per part) as decode_k_split() in csrc/ops/low_rank.cpp."""
     share = max(1, sms * k // (k + n))
-    most = min(max(share // cdiv(r, block_r), 1), cdiv(k, block_k))
-    best, best_cost = None, 0
-    for s in range(1, most + 1):
-        length = cdiv(cdiv(k, s), block_k) * block_k
-        parts = cdiv(k, length)
-        cost = (m + block_r) * length * elem + parts * m * r * 4
-        if best is None or cost < best_cost:
-            best, best_cost = (parts, length), cost
-    return best
+    r_blocks = cdiv(r, block_r)
+    parts = min(max((share + r_blocks // 2) // r_blocks, 1), cdiv(k, block_k))
+    length = cdiv(cdiv(k, parts), block_k) * block_k
+    return cdiv(k, length), length
 
 
 def run_decode(a, w1, w2, bias, sms, hidden=True):
@@ -102,7 +97,7 @@ def run_decode(a, w1, w2, bias, sms, hidden=True):
     key = {"dtype": DT[a.dtype], "BLOCK_M": 16 if M <= 16 else 64}
     pcx = CONSTEXPRS["low_rank_decode_partial"](key)
     ocx = CONSTEXPRS["low_rank_decode_out"](key)
-    ksplit, k_len = decode_k_split(M, K, R, N, a.element_size(), pcx["BLOCK_R"], pcx["BLOCK_K"], sms)
+    ksplit, k_len = decode_k_split(K, R, N, pcx["BLOCK_R"], pcx["BLOCK_K"], sms)
     part = nan(ksplit, M, R, dtype=torch.float32)   # NaN: a partial read before it is written shows
     kernels.low_rank_decode_partial_kernel[(cdiv(R, pcx["BLOCK_R"]), ksplit)](
         a, w1, part, M, K, R, k_len, inner, s_outer, s_inner, kstride(w1), **pcx)
