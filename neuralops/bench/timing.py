@@ -15,10 +15,11 @@ _LAYERS_MIN_BYTES = 128 * 1024 * 1024
 
 
 class PerCall:
-    """``fn`` makes ``calls`` calls of the operation being timed; Timer reports the time of one."""
+    """``fn`` makes ``calls`` calls of the operation being timed; Timer reports the time of one.
+    ``keep`` holds what a captured graph reads but nothing else references (its inputs)."""
 
-    def __init__(self, fn: Callable[[], Any], calls: int) -> None:
-        self.fn, self.calls = fn, calls
+    def __init__(self, fn: Callable[[], Any], calls: int, keep: Any = None) -> None:
+        self.fn, self.calls, self.keep = fn, calls, keep
 
     def __call__(self) -> Any:
         return self.fn()
@@ -82,15 +83,17 @@ def graphed(fn: Callable[[], Any]) -> Callable[[], None]:
     return graph.replay
 
 
-def add_graphed(impls: dict[str, Callable[[], Any]], name: str, fn: Callable[[], Any], calls: int = 1) -> None:
+def add_graphed(impls: dict[str, Callable[[], Any]], name: str, fn: Callable[[], Any], calls: int = 1,
+                keep: Any = None) -> None:
     """impls[name] = graphed(fn), timed per call when fn makes ``calls`` of them; or a printed reason
-    when fn cannot be captured (the case still runs)."""
+    when fn cannot be captured (the case still runs). ``keep``: tensors the graph reads that only fn
+    references; the replay keeps them alive (a graph holds addresses, not tensors)."""
     try:
         replay = graphed(fn)
     except RuntimeError as exc:
         print(f"[bench] {name}: not timed, CUDA graph capture failed: {exc}")
         return
-    impls[name] = replay if calls == 1 else PerCall(replay, calls)
+    impls[name] = replay if calls == 1 and keep is None else PerCall(replay, calls, keep)
 
 
 def add_graphed_layers(impls: dict[str, Callable[[], Any]], label: str, fn: Callable[..., Any],
@@ -105,7 +108,8 @@ def add_graphed_layers(impls: dict[str, Callable[[], Any]], label: str, fn: Call
     per_layer = sum(t.numel() * t.element_size() for t in weights)
     layers = max(2, -(-_LAYERS_MIN_BYTES // per_layer))
     copies = [[t.clone() for t in weights] for _ in range(layers)]
-    add_graphed(impls, f"{label}, graph of {layers} layers", lambda: [fn(*w) for w in copies], calls=layers)
+    add_graphed(impls, f"{label}, graph of {layers} layers", lambda: [fn(*w) for w in copies], calls=layers,
+                keep=copies)
 
 
 def copy_bandwidth(timer: Timer, nbytes: int = 2 * 1024**3) -> float:

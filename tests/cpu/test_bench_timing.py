@@ -15,6 +15,7 @@ def test_graph_of_layers_gives_each_call_its_own_weights(monkeypatch):
     (name, fn), = impls.items()
     assert name == "op, graph of 4 layers"
     assert isinstance(fn, timing.PerCall) and fn.calls == 4
+    assert fn.keep is not None and len(fn.keep) == 4     # the graph's weights live as long as its replay
     fn()
     assert len(seen) == 4
     pointers = {t.data_ptr() for pair in seen for t in pair} | {U.data_ptr(), V.data_ptr()}
