@@ -15,11 +15,10 @@ _LAYERS_MIN_BYTES = 128 * 1024 * 1024
 
 
 class PerCall:
-    """``fn`` makes ``calls`` calls of the operation being timed; Timer reports the time of one.
-    ``keep`` holds what a captured graph reads but nothing else references (its inputs)."""
+    """``fn`` makes ``calls`` calls of the operation being timed; Timer reports the time of one."""
 
-    def __init__(self, fn: Callable[[], Any], calls: int, keep: Any = None) -> None:
-        self.fn, self.calls, self.keep = fn, calls, keep
+    def __init__(self, fn: Callable[[], Any], calls: int) -> None:
+        self.fn, self.calls = fn, calls
 
     def __call__(self) -> Any:
         return self.fn()
@@ -62,12 +61,23 @@ class Timer:
             fn()
             end.record()
             torch.cuda.synchronize()  # the next repetition's cover must not start behind this one's kernels
-        torch.cuda.synchronize()
         calls = fn.calls if isinstance(fn, PerCall) else 1
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / calls
 
 
-def graphed(fn: Callable[[], Any]) -> Callable[[], None]:
+class Replay:
+    """A captured CUDA graph's replay. It holds the callable it captured, and so the tensors that
+    callable references: the graph holds their addresses, not the tensors, and replaying it after
+    they were freed reads or writes whatever reuses the memory."""
+
+    def __init__(self, graph: torch.cuda.CUDAGraph, captured: Callable[[], Any]) -> None:
+        self.graph, self.captured = graph, captured
+
+    def __call__(self) -> None:
+        self.graph.replay()
+
+
+def graphed(fn: Callable[[], Any]) -> Replay:
     """``fn`` captured in a CUDA graph, as its replay: timing the replay gives the GPU's time without
     the host's per-launch cost, the way serving loops run decode steps (and where a small op's time
     is otherwise the host's)."""
@@ -80,20 +90,18 @@ def graphed(fn: Callable[[], Any]) -> Callable[[], None]:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return graph.replay
+    return Replay(graph, fn)
 
 
-def add_graphed(impls: dict[str, Callable[[], Any]], name: str, fn: Callable[[], Any], calls: int = 1,
-                keep: Any = None) -> None:
+def add_graphed(impls: dict[str, Callable[[], Any]], name: str, fn: Callable[[], Any], calls: int = 1) -> None:
     """impls[name] = graphed(fn), timed per call when fn makes ``calls`` of them; or a printed reason
-    when fn cannot be captured (the case still runs). ``keep``: tensors the graph reads that only fn
-    references; the replay keeps them alive (a graph holds addresses, not tensors)."""
+    when fn cannot be captured (the case still runs)."""
     try:
         replay = graphed(fn)
     except RuntimeError as exc:
         print(f"[bench] {name}: not timed, CUDA graph capture failed: {exc}")
         return
-    impls[name] = replay if calls == 1 and keep is None else PerCall(replay, calls, keep)
+    impls[name] = replay if calls == 1 else PerCall(replay, calls)
 
 
 def add_graphed_layers(impls: dict[str, Callable[[], Any]], label: str, fn: Callable[..., Any],
@@ -108,8 +116,7 @@ def add_graphed_layers(impls: dict[str, Callable[[], Any]], label: str, fn: Call
     per_layer = sum(t.numel() * t.element_size() for t in weights)
     layers = max(2, -(-_LAYERS_MIN_BYTES // per_layer))
     copies = [[t.clone() for t in weights] for _ in range(layers)]
-    add_graphed(impls, f"{label}, graph of {layers} layers", lambda: [fn(*w) for w in copies], calls=layers,
-                keep=copies)
+    add_graphed(impls, f"{label}, graph of {layers} layers", lambda: [fn(*w) for w in copies], calls=layers)
 
 
 def copy_bandwidth(timer: Timer, nbytes: int = 2 * 1024**3) -> float:
