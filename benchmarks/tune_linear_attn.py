@@ -3,8 +3,8 @@ Triton JIT on a GPU, to choose what triton_src/linear_attn/spec.py builds (STATE
 VALUE_TILES). A development tool: it needs Triton and a GPU; neuralops does not. Runs the kernels
 through tests/linear_attn_driver.py, which mirrors csrc/ops/linear_attn.cpp.
 
-The state pass and the forward are timed each alone, with the segments the op would use; the
-backward is timed whole (dq, dv, dk and the scans) per VALUE_TILES candidate. The JIT specializes
+The state pass and the forward are timed each alone, with the segments the op would use for
+each tile (the driver's state_sums and fwd_pass); the backward is timed whole (dq, dv, dk and the scans) per VALUE_TILES candidate. The JIT specializes
 integer arguments equal to 1 and Triton's version on the GPU machine may differ from the build's:
 check the built cubins' registers and spills with benchmarks/cubin_stats.py before trusting a tile.
 
@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 import linear_attn_driver as drv  # noqa: E402
-from triton_src.linear_attn import kernels as K  # noqa: E402
 from triton_src.linear_attn import spec  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 64), (1, 16, 65536, 128)]  # B, H, N, D (= Dv), the issue's two shapes
@@ -44,22 +43,29 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-def _state_launch(s: drv._Setup, x: torch.Tensor, tile: tuple):
-    c, t, warps, stages = tile
-    grid = (triton.cdiv(s.dvp, t) * s.g * s.b * s.hkv,)
-    return lambda: K.la_state_kernel[grid](
-        s.k, s.v, s.wc, s.ws, x, s.hkv, s.n, *s.dims(), s.g, s.l, s.phi_kind, s.n_parts,
-        *drv._st(s.k), *drv._st(s.v), s.sw_b, s.ep, C=c, BK=s.bk, BT=t, PREC=s.prec, num_warps=warps, num_stages=stages)
+def _setup(q, k, v, tiles: dict, tile: tuple) -> drv._Setup:
+    """The op's plan for these inputs with `tile` put in `tiles` (spec.STATE_TILES or FWD_TILES) for
+    bf16 at this block: the segments follow the tile, as the op's would."""
+    block = drv.block_for("bf16", q.shape[-1])
+    saved = tiles[("bf16", block)]
+    tiles[("bf16", block)] = tile
+    try:
+        return drv._Setup(q, k, v, "elu+1", True, None, None, None, None)
+    finally:
+        tiles[("bf16", block)] = saved
 
 
-def _fwd_launch(s: drv._Setup, states: tuple, out: torch.Tensor, tile: tuple):
-    c, t, warps, stages = tile
-    grid = (triton.cdiv(s.dvp, t) * s.n_rep * s.g * s.b * s.hkv,)
-    return lambda: K.la_fwd_kernel[grid](
-        s.q, s.k, s.v, out, s.wc, s.ws, states[0], states[1], s.dummy, s.dummy, s.dummy, s.dummy,
-        s.h, s.hkv, s.n, *s.dims(), s.g, s.l, s.phi_kind, s.normalize, s.n_parts, states[6], 0, 0, 1.0, 1e-6,
-        *drv._st(s.q), *drv._st(s.k), *drv._st(s.v), *drv._st(out), s.sw_b, *states[2:6],
-        C=c, CAUSAL=1, BK=s.bk, BT=t, PREC=s.prec, num_warps=warps, num_stages=stages)
+def _state_pass(q, k, v, tile: tuple):
+    s = _setup(q, k, v, spec.STATE_TILES, tile)
+    x = torch.empty(s.b, s.hkv, s.g, s.ep, device=q.device)
+    return lambda: s.state_sums(x)
+
+
+def _fwd_pass(q, k, v, tile: tuple):
+    s = _setup(q, k, v, spec.FWD_TILES, tile)
+    states = s.forward_states(None, None)
+    out = torch.empty(s.b, s.h, s.n, s.dvp, device=q.device, dtype=q.dtype)
+    return lambda: s.fwd_pass(out, states, 1.0, 1e-6)
 
 
 def main() -> None:
@@ -73,21 +79,17 @@ def main() -> None:
     for b, h, n, d in [SHAPES[int(i)] for i in args.shapes.split(",")]:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
-        s = drv._Setup(q, k, v, "elu+1", True, None, None, None, None)
-        x = torch.empty(b, s.hkv, s.g, s.ep, device="cuda")
-        states = s.forward_states(None, None)
-        out = torch.empty(b, h, n, s.dvp, device="cuda", dtype=q.dtype)
-        candidates = [("state", t, _state_launch(s, x, t)) for t in TILES[s.bk]]
-        candidates += [("fwd", t, _fwd_launch(s, states, out, t)) for t in TILES[s.bk]]
-        bkv = drv.block_for("bf16", d)
-        saved = spec.VALUE_TILES[("bf16", bkv)]
+        block = drv.block_for("bf16", d)
+        candidates = [("state", t, _state_pass(q, k, v, t)) for t in TILES[block]]
+        candidates += [("fwd", t, _fwd_pass(q, k, v, t)) for t in TILES[block]]
+        saved = spec.VALUE_TILES[("bf16", block)]
         for tile in BWD_TILES:
             def bwd(tile=tile):
-                spec.VALUE_TILES[("bf16", bkv)] = tile
+                spec.VALUE_TILES[("bf16", block)] = tile
                 try:
                     drv.backward(do, q, k, v, causal=True)
                 finally:
-                    spec.VALUE_TILES[("bf16", bkv)] = saved
+                    spec.VALUE_TILES[("bf16", block)] = saved
             candidates.append(("bwd", tile, bwd))
         for kind, tile, fn in candidates:
             if time.monotonic() - start > args.budget:
@@ -97,8 +99,8 @@ def main() -> None:
             except Exception as exc:  # a tile that does not compile (shared memory) or fails
                 ms = float("nan")
                 print(f"  {kind} {tile}: {type(exc).__name__}: {str(exc)[:120]}")
-            rows.append(dict(shape=f"B{b} H{h} N{n} D{d}", kind=kind, tile=tile, segments=s.g, ms=ms))
-            print(f"B{b} H{h} N{n} D{d} G{s.g} {kind} C,T,warps,stages={tile}: {ms:.4f} ms", flush=True)
+            rows.append(dict(shape=f"B{b} H{h} N{n} D{d}", kind=kind, tile=tile, ms=ms))
+            print(f"B{b} H{h} N{n} D{d} {kind} C,T,warps,stages={tile}: {ms:.4f} ms", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     print("\nbest per shape and pass:")

@@ -116,16 +116,36 @@ class _Setup:
                 return self.dummy, self.dummy, 0, 0, 0, 0, 0
             return s0, z0, self.fd, 0, self.f, 0, 1
         x = torch.empty(self.b, self.hkv, self.g, self.ep, dtype=torch.float32, device=self.q.device)
+        self.state_sums(x)
+        self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
+        xz = x.view(-1)[self.fd:]
+        seg = self.ep if self.causal else 0
+        return x, xz, self.g * self.ep, seg, self.g * self.ep, seg, 1
+
+    def state_sums(self, x):
+        """la_state_kernel: each segment's sums into x [B, Hkv, G, EP]."""
         c, bt, launch, nt = self.state
         K.la_state_kernel[(nt * self.g * self.b * self.hkv,)](
             self.k, self.v, self.wc, self.ws, x,
             self.hkv, self.n, *self.dims(), self.g, self.l, self.phi_kind, self.n_parts,
             *_st(self.k), *_st(self.v), self.sw_b, self.ep,
             C=c, BK=self.bk, BT=bt, PREC=self.prec, **launch)
-        self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
-        xz = x.view(-1)[self.fd:]
-        seg = self.ep if self.causal else 0
-        return x, xz, self.g * self.ep, seg, self.g * self.ep, seg, 1
+
+    def fwd_pass(self, o, states, scale, eps, sf=None, zf=None, write_final=False, den=None, dl=None):
+        """la_fwd_kernel from forward_states' `states`: outputs into o, or with den and dl (the
+        backward's stats pass) o is grad_out and the kernel writes den and dl instead."""
+        s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = states
+        c, bt, launch, nt = self.fwd
+        stats = den is not None
+        d = self.dummy
+        K.la_fwd_kernel[(nt * self.n_rep * self.g * self.b * self.hkv,)](
+            self.q, self.k, self.v, o, self.wc, self.ws, s, z,
+            d if sf is None else sf, d if zf is None else zf, den if stats else d, dl if stats else d,
+            self.h, self.hkv, self.n, *self.dims(), self.g, self.l,
+            self.phi_kind, self.normalize, self.n_parts, has_s, int(write_final), int(stats),
+            scale, eps, *_st(self.q), *_st(self.k), *_st(self.v), *_st(o),
+            self.sw_b, ss_bh, ss_g, sz_bh, sz_g,
+            C=c, CAUSAL=self.causal, BK=self.bk, BT=bt, PREC=self.prec, **launch)
 
     def scan(self, x, y, n_grp, mode, init_s, init_z, tot_s, tot_z, bh):
         grid = (triton.cdiv(self.e, SCAN_CONSTEXPRS["BE"]) * bh,)
@@ -162,15 +182,8 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
             BK=st.bk, BT=bt, num_warps=DECODE_WARPS, num_stages=1)
         return _unpad(out, st.dv), sf, zf
     single = st.causal and st.g == 1
-    s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = st.forward_states(s0, z0, None if single else sf, None if single else zf)
-    K.la_fwd_kernel[(st.nt * st.n_rep * st.g * st.b * st.hkv,)](
-        st.q, st.k, st.v, out, st.wc, st.ws, s, z,
-        sf if sf is not None else st.dummy, zf if zf is not None else st.dummy, st.dummy, st.dummy,
-        st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
-        st.phi_kind, st.normalize, st.n_parts, has_s, int(return_state and single), 0,
-        scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(out),
-        st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
-        C=st.fwd[0], CAUSAL=st.causal, BK=st.bk, BT=st.fwd[1], PREC=st.prec, **st.fwd[2])
+    states = st.forward_states(s0, z0, None if single else sf, None if single else zf)
+    st.fwd_pass(out, states, scale, eps, sf, zf, write_final=return_state and single)
     return _unpad(out, st.dv), sf, zf
 
 
@@ -180,19 +193,14 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
     st = _Setup(q, k, v, phi, causal, cos, sin, target_programs, seg_len)
     dev = q.device
     do = _padded(dout, st.dvp, 0.0)
-    s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = st.forward_states(s0, z0)
+    states = st.forward_states(s0, z0)
+    s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = states
     nt_stats = st.nt if st.normalize else 0
     den, dl = st.dummy, st.dummy
     if st.normalize:
         den = torch.empty(st.b, st.h, st.n, dtype=torch.float32, device=dev)
         dl = torch.empty(st.b, st.h, st.nt, st.n, dtype=torch.float32, device=dev)
-        K.la_fwd_kernel[(st.nt * st.n_rep * st.g * st.b * st.hkv,)](
-            st.q, st.k, st.v, do, st.wc, st.ws, s, z, st.dummy, st.dummy, den, dl,
-            st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
-            st.phi_kind, st.normalize, st.n_parts, has_s, 0, 1,
-            scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do),
-            st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
-            C=st.fwd[0], CAUSAL=st.causal, BK=st.bk, BT=st.fwd[1], PREC=st.prec, **st.fwd[2])
+        st.fwd_pass(do, states, scale, eps, den=den, dl=dl)
     bkv = block_for(st.dtype, st.dvp)
     c2, bf, w2, s2 = VALUE_TILES[st.dtype, bkv]
     launch2 = dict(num_warps=w2, num_stages=s2)
