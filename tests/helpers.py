@@ -43,6 +43,20 @@ def assert_compiled_matches_eager(fn, inputs, **compile_kwargs) -> None:
         torch.testing.assert_close(got, want)
 
 
+def train_losses(model: torch.nn.Module, data: torch.Tensor, steps: int, lr: float = 1e-2) -> list[float]:
+    """Next-token training of a language model (``model.loss(inputs, targets)``) on rows of tokens
+    with AdamW: the loss after each step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        loss = model.loss(data[:, :-1], data[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def _interpreter_indexes_scalars() -> bool:
     """Triton's interpreter before 3.7 turns run-time scalars into 1-element arrays, which NumPy 2.4+
     refuses to use as an index (``range(0, D, BLOCK)`` in a kernel then fails). Kernels are fine.

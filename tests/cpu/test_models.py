@@ -5,6 +5,7 @@ attention types, and the generated corpus."""
 import pytest
 import torch
 
+from helpers import train_losses
 from neuralops.models import (CharTokenizer, SoftmaxAttention, TransformerConfig, TransformerLM, generate_corpus,
                               torch_repeat_kv)
 from neuralops.nn import LinearAttention
@@ -63,14 +64,7 @@ def test_model_trains():
     torch.manual_seed(0)
     model = TransformerLM(cfg)
     data = torch.arange(17).remainder(7)[None].repeat(4, 1)  # a periodic sequence: easy to learn
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(30):
-        loss = model.loss(data[:, :-1], data[:, 1:])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = train_losses(model, data, 30)
     assert losses[-1] < 0.3 * losses[0]
 
 

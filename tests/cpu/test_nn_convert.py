@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import train_losses
 from neuralops.models import SoftmaxAttention, TransformerConfig, TransformerLM
 from neuralops.nn import (HFLinearAttention, LinearAttention, LowRankLinear, convert_attention_to_linear,
                           replace_linear_with_low_rank)
@@ -49,14 +50,7 @@ def test_converted_model_decodes_and_trains():
                        model.generate(prompt, 10, temperature=0, use_cache=False))
     model.float().train()
     data = torch.arange(33).remainder(13)[None].repeat(4, 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(25):
-        loss = model.loss(data[:, :-1], data[:, 1:])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = train_losses(model, data, 25)
     assert losses[-1] < 0.5 * losses[0]
 
 
