@@ -25,8 +25,21 @@ def register_op_limits(op_name: str, limits: OpLimits) -> None:
     _OP_LIMITS[op_name] = limits
 
 
+_DISABLE_VAR = "NEURALOPS_DISABLE_KERNELS"
+# os.environ.get raises and catches a KeyError inside when the variable is unset (the usual case):
+# microseconds on every op call. CPython's os.environ keeps its encoded entries in ``_data``; the
+# lookup there costs a dict read, and the variable is still read on every call.
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey(_DISABLE_VAR) if _ENV_DATA is not None else None
+_ENV_OFF = (os.environ.encodevalue(""), os.environ.encodevalue("0")) if _ENV_DATA is not None else ("", "0")
+
+
 def kernels_disabled() -> bool:
-    return os.environ.get("NEURALOPS_DISABLE_KERNELS", "0") not in ("", "0")
+    """Whether ``NEURALOPS_DISABLE_KERNELS`` is set (to anything but "" or "0"): every op then runs its
+    PyTorch fallback. Read on every call, so it can be set or cleared at run time."""
+    if _ENV_DATA is not None and not torch.compiler.is_compiling():
+        return _ENV_DATA.get(_ENV_KEY, _ENV_OFF[1]) not in _ENV_OFF
+    return os.environ.get(_DISABLE_VAR, "0") not in ("", "0")
 
 
 def select_arch(archs: tuple[int, ...], cc: int) -> int:
@@ -50,6 +63,25 @@ def device_arch(device_index: int) -> int:
     """
     props = torch.cuda.get_device_properties(device_index)
     return select_arch(_library.BUILT_ARCHS, props.major * 10 + props.minor)
+
+
+# Device index -> whether a cubin runs there: fixed for the life of the process.
+_DEVICE_READY: dict[int, bool] = {}
+
+
+def kernels_ready(tensor: torch.Tensor) -> bool:
+    """check_triton_suitability's checks short of the op's own limits, as one bool, for the ops'
+    per-call path: kernels not disabled, a CUDA tensor of a kernel dtype, the library loaded, a cubin
+    for the device (looked up once per device)."""
+    if not (tensor.is_cuda and _library.LOADED and tensor.dtype in KERNEL_DTYPES) or kernels_disabled():
+        return False
+    index = tensor.get_device()
+    if torch.compiler.is_compiling():
+        return device_arch(index) >= 0
+    ready = _DEVICE_READY.get(index)
+    if ready is None:
+        ready = _DEVICE_READY[index] = device_arch(index) >= 0
+    return ready
 
 
 def check_triton_suitability(tensor: torch.Tensor, op_name: str, **limits: Any) -> tuple[bool, str]:
