@@ -449,9 +449,21 @@ struct Segments {
   int64_t s_bh = 0, s_g = 0, z_bh = 0, z_g = 0, has = 0;
 };
 
-runtime::LaunchConfig config(const Tensor& t, int64_t programs, const char* what) {
-  return launch_config(t, programs, 1, 1, what);
-}
+// The kernels of one call run back to back. Each after the first is launched as a programmatic
+// dependent of the one before: its launch overlaps that kernel's last programs, and it waits for
+// that kernel's results first thing (wait_for_primary, triton_src/common/grid_dependency.py).
+class Launches {
+ public:
+  runtime::LaunchConfig operator()(const Tensor& t, int64_t programs, const char* what) {
+    runtime::LaunchConfig c = launch_config(t, programs, 1, 1, what);
+    c.programmatic_dependency = started_;
+    started_ = true;
+    return c;
+  }
+
+ private:
+  bool started_ = false;
+};
 
 int64_t st(const Tensor& t, int64_t dim) {
   return kernel_stride(t, dim);
@@ -459,7 +471,7 @@ int64_t st(const Tensor& t, int64_t dim) {
 
 // Segment scan over x [B, HY * n_grp, G, EP] (see la_scan_kernel).
 void scan(const Plan& p, const Tensor& x, const Tensor& y, int64_t n_grp, int64_t mode, const OptTensor& init_s,
-          const OptTensor& init_z, const Tensor* tot_s, const Tensor* tot_z) {
+          const OptTensor& init_z, const Tensor* tot_s, const Tensor* tot_z, Launches& config) {
   const int64_t bh = p.sh.b * p.sh.hkv;
   const int64_t scan_block = aot::la_scan_constexprs({at::kFloat}).BE;
   aot::la_scan({at::kFloat}, config(x, ceil_div(p.e, scan_block) * bh, "linear_attn scan"), x.const_data_ptr(),
@@ -472,7 +484,7 @@ void scan(const Plan& p, const Tensor& x, const Tensor& y, int64_t n_grp, int64_
 // The state before each segment (causal) or the total (bidirectional); the initial state itself
 // when one causal segment needs no scan. `buffer` keeps the scan's output alive.
 Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0, const Tensor* tot_s,
-                        const Tensor* tot_z, Tensor& buffer) {
+                        const Tensor* tot_z, Tensor& buffer, Launches& config) {
   Segments seg;
   if (p.causal && p.g == 1) {
     if (s0) {
@@ -486,7 +498,7 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
                 p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), sh.hkv, sh.n, p.dp, p.dvp, sh.d,
                 sh.dv, p.g, p.l, p.phi.kind, sh.parts, st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
                 st(p.v, 2), p.w.stride_b, p.ep);
-  scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z);
+  scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
   const float* base = buffer.const_data_ptr<float>();
   const int64_t seg_g = p.causal ? p.ep : 0;
   return {base, base + p.fd, p.g * p.ep, seg_g, p.g * p.ep, seg_g, 1};
@@ -518,6 +530,7 @@ std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, co
   const OptTensor s0 = s0_in ? OptTensor(s0_in->contiguous()) : std::nullopt;
   const OptTensor z0 = z0_in ? OptTensor(z0_in->contiguous()) : std::nullopt;
   const Plan p = make_plan(q, k, v, cos, sin, sh, phi, causal);
+  Launches config;
   if (causal && sh.n <= kDecodeMaxRows) {
     Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
     const int64_t bt = aot::la_decode_constexprs({p.dtype, p.bk}).BT;
@@ -534,7 +547,7 @@ std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, co
   const bool single = causal && p.g == 1;
   Tensor buffer;
   const Segments seg = forward_states(p, s0, z0, return_state && !single ? &sf : nullptr,
-                                      return_state && !single ? &zf : nullptr, buffer);
+                                      return_state && !single ? &zf : nullptr, buffer, config);
   Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
   aot::la_fwd({p.dtype, p.bk, causal}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"), p.q.const_data_ptr(),
               p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
@@ -565,8 +578,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   const OptTensor s0 = contig(s0_in), z0 = contig(z0_in), dsf = contig(dsf_in), dzf = contig(dzf_in);
   const Plan p = make_plan(q, k, v, cos, sin, sh, phi, causal);
   const Tensor dout = kernel_input(dout_in, p.dvp, 0.0);
+  Launches config;
   Tensor fwd_buffer;
-  const Segments seg = forward_states(p, s0, z0, nullptr, nullptr, fwd_buffer);
+  const Segments seg = forward_states(p, s0, z0, nullptr, nullptr, fwd_buffer, config);
   const int64_t nt_stats = phi.normalize ? p.nt : 0;
   Tensor den, dl;
   if (phi.normalize) {
@@ -601,7 +615,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   if (need_rseg) {
     const int64_t n_rep = sh.h / sh.hkv;
     r_buffer = n_rep == 1 ? rs : at::empty({sh.b, sh.hkv, causal ? p.g : 1, p.ep}, f32);
-    scan(p, rs, r_buffer, n_rep, causal ? 1 : 2, dsf, dzf, state_grad ? &ds0 : nullptr, state_grad ? &dz0 : nullptr);
+    scan(p, rs, r_buffer, n_rep, causal ? 1 : 2, dsf, dzf, state_grad ? &ds0 : nullptr, state_grad ? &dz0 : nullptr,
+         config);
     const float* base = r_buffer.const_data_ptr<float>();
     const int64_t seg_g = causal ? p.ep : 0;
     rev = {base, base + p.fd, r_buffer.size(2) * p.ep, seg_g, r_buffer.size(2) * p.ep, seg_g, 1};

@@ -68,6 +68,17 @@ def test_source_hash_ignores_the_spec(tmp_path):
     assert compiler.source_hash(tmp_path) != h
 
 
+def test_source_hash_covers_the_common_helpers(tmp_path):
+    op_dir, common = tmp_path / "op", tmp_path / "common"
+    op_dir.mkdir()
+    common.mkdir()
+    (op_dir / "kernels.py").write_text("a = 1\n")
+    (common / "helpers.py").write_text("c = 1\n")
+    h = compiler.source_hash(op_dir, common)
+    (common / "helpers.py").write_text("c = 2\n")
+    assert compiler.source_hash(op_dir, common) != h
+
+
 def test_generated_header_declares_typed_entry_points():
     header = codegen._header("toy", [toy_spec()])
     assert "struct ToyCopyKey {\n  c10::ScalarType dtype;\n  int64_t BLOCK;\n};" in header

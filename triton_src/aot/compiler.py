@@ -58,10 +58,15 @@ def triton_version() -> str:
     return importlib.metadata.version("triton")
 
 
-def source_hash(op_dir: Path) -> str:
-    """Hash of the kernel sources of one op (every .py in its directory except the spec)."""
+COMMON_DIR = Path(__file__).resolve().parent.parent / "common"
+
+
+def source_hash(op_dir: Path, common_dir: Path = COMMON_DIR) -> str:
+    """Hash of the kernel sources of one op: every .py in its directory except the spec, and the
+    helpers in triton_src/common that kernels import."""
     h = hashlib.sha256()
-    for path in sorted(op_dir.glob("*.py")):
+    paths = sorted(op_dir.glob("*.py")) + sorted(common_dir.glob("*.py"))
+    for path in paths:
         if path.name in ("spec.py", "__init__.py"):
             continue
         h.update(path.name.encode())

@@ -42,7 +42,10 @@ Segments run in parallel: ``la_state_kernel`` sums each segment's kf^T v, ``la_s
 those sums into the state before each segment (or the total, for bidirectional mode), and
 ``la_fwd_kernel`` computes the outputs. When B * H alone fills the GPU, G = 1 and the causal
 forward is a single launch. A causal call of a few rows (a decode step: N = 1 after a state) takes
-``la_decode_kernel``, one launch whose programs each serve all query heads of a kv head.
+``la_decode_kernel``, one launch whose programs each serve all query heads of a kv head. The kernels
+of one call run back to back, each after the first launched as a programmatic dependent of the one
+before (triton_src/common/grid_dependency.py): they wait for it first thing and let the next start
+as they drain.
 
 Backward, with g_i = dout_i / den_i and r_i = -(dout_i . out_i) / den_i (g = dout, r = 0 unnormalized):
     ds_ij = g_i . v_j + r_i
@@ -63,7 +66,9 @@ bf16 bound). A float64 emulation of this scheme on random inputs gave 2e-3 (out)
 norm-wise error at N = 512 to 4096, D = 64 and 128, flat in N. fp16 tensors use tf32 dots on fp32
 operands: fp16 operands would overflow (S and z grow with N), and bf16 ones would cost fp16's
 tighter bound (dq 6.5e-3 against 5e-3). fp32 tensors use tf32x3 (fp32 accuracy). Accumulation is
-always fp32.
+always fp32. With bf16 operands the forward's sums (den's qf . z and rowsum(A), z's colsum(kf)) and
+the backward's qf^T r run as narrow dots against [., SUM_W] operands (ones, or hi + lo halves of z
+and r): sums of the same bf16 operands the other dots use, in fp32.
 
 The naive references the kernels are tested against are the ``*_reference`` functions below.
 """
@@ -71,6 +76,8 @@ The naive references the kernels are tested against are the ``*_reference`` func
 import torch
 import triton
 import triton.language as tl
+
+from triton_src.common.grid_dependency import launch_dependents, wait_for_primary
 
 PHI_KINDS = {"identity": 0, "elu+1": 1, "relu": 2}
 
@@ -169,6 +176,70 @@ def _mm_state(a, st, PREC: tl.constexpr):
     return out
 
 
+# Row and column sums of the forward (den's qf . z and rowsum(A), z's colsum(kf)) as dots with a
+# [., 16] operand: the tensor cores add them for a few instructions, where elementwise sums with
+# shuffles cost about 250 SASS instructions per chunk and put den in another layout than the
+# output tile it scales. bf16 operands (PREC 1) only: qf, kf and A are bf16 operands of the other
+# dots already (the sums are of the same values), and z goes in as hi + lo halves, as states do.
+SUM_W = tl.constexpr(16)
+
+
+@triton.jit
+def _z_columns(z, BK: tl.constexpr):
+    """The running z [BK] as the [BK, SUM_W] fp32 tile that carries it (z in every column)."""
+    return tl.zeros((BK, SUM_W), dtype=tl.float32) + z[:, None]
+
+
+@triton.jit
+def _hi_lo_columns(x):
+    """x, one value per row ([R, 1], or [R, SUM_W] with it in every column), as [R, SUM_W] fp32 with
+    its hi and lo bf16 halves in columns 0 and 1 and zeros elsewhere: a dot operand whose two
+    products sum to the product with x at 16 bits of mantissa (as _mm_state keeps a state's)."""
+    col = tl.arange(0, SUM_W)[None, :]
+    hi = x.to(tl.bfloat16).to(tl.float32)
+    return tl.where(col == 0, hi, tl.where(col == 1, x - hi, 0.0))
+
+
+@triton.jit
+def _z_operand(zc):
+    """[BK, SUM_W] bf16 operand from z's tile: the row sums of qf @ it are qf . z."""
+    return _hi_lo_columns(zc).to(tl.bfloat16)
+
+
+@triton.jit
+def _ones_column(C: tl.constexpr, first_only: tl.constexpr):
+    """[C, SUM_W] bf16 ones (in column 0 only with first_only): x @ it sums the rows of x."""
+    col = tl.arange(0, SUM_W)[None, :] + tl.zeros((C, 1), dtype=tl.int32)
+    return tl.where((col == 0) | (not first_only), 1.0, 0.0).to(tl.bfloat16)
+
+
+@triton.jit
+def _z_of(zc):
+    """z [BK] back from its [BK, SUM_W] tile (column 0)."""
+    return tl.sum(tl.where(tl.arange(0, SUM_W)[None, :] == 0, zc, 0.0), 1)
+
+
+@triton.jit
+def _state_halves(st, PREC: tl.constexpr):
+    """A fixed state's dot operands for _mm_halves: its hi and lo bf16 halves (PREC 1), else itself."""
+    if PREC == 1:
+        hi = st.to(tl.bfloat16)
+        lo = (st - hi.to(tl.float32)).to(tl.bfloat16)
+    else:
+        hi = st
+        lo = st
+    return hi, lo
+
+
+@triton.jit
+def _mm_halves(a, hi, lo, PREC: tl.constexpr):
+    """_mm_state(a, st) from _state_halves(st)."""
+    out = _mm(a, hi, PREC)
+    if PREC == 1:
+        out = _mma(a, lo, out, PREC)
+    return out
+
+
 @triton.jit
 def _op(x, PREC: tl.constexpr):
     """x as a dot operand: bf16 for PREC 1 (half the registers of the fp32 tile), else fp32."""
@@ -263,15 +334,19 @@ def _store_feature_grad(gf, ptr, out_ptr, rows, N, sn, so_n, d0, D, wc, ws, n_pa
     weighted = gf * tl.where(c < hw, (wc * mult)[:, None], (ws * mult)[:, None])
     in_rows = ptr + rows[:, None].to(tl.int64) * sn
     out_rows = out_ptr + rows[:, None].to(tl.int64) * so_n
-    d1 = d0 + c
-    m1 = r_ok[:, None] & ((n_parts == 1) & (d1 < D))[None, :]
-    x1 = _load_in(in_rows + d1[None, :], m1).to(tl.float32)
-    _store_out(out_rows + d1[None, :], weighted * _dphi(x1, phi_kind), m1)
-    halves = tl.sum(tl.reshape(weighted, (C, 2, W // 2)), 1)
-    d2 = d0 + tl.arange(0, W // 2)
-    m2 = r_ok[:, None] & ((n_parts == 2) & (d2 < D))[None, :]
-    x2 = _load_in(in_rows + d2[None, :], m2).to(tl.float32)
-    _store_out(out_rows + d2[None, :], halves * _dphi(x2, phi_kind), m2)
+    # A branch, not masks: the inputs were just read (cache hits, nothing for the pipeline to hide),
+    # and the branch not taken costs no arithmetic (the half tile's sum and dphi, 6% of dq's loop).
+    if n_parts == 1:
+        d1 = d0 + c
+        m1 = r_ok[:, None] & (d1 < D)[None, :]
+        x1 = _load_in(in_rows + d1[None, :], m1).to(tl.float32)
+        _store_out(out_rows + d1[None, :], weighted * _dphi(x1, phi_kind), m1)
+    else:
+        halves = tl.sum(tl.reshape(weighted, (C, 2, W // 2)), 1)
+        d2 = d0 + tl.arange(0, W // 2)
+        m2 = r_ok[:, None] & (d2 < D)[None, :]
+        x2 = _load_in(in_rows + d2[None, :], m2).to(tl.float32)
+        _store_out(out_rows + d2[None, :], halves * _dphi(x2, phi_kind), m2)
 
 
 @triton.jit
@@ -325,17 +400,26 @@ def la_state_kernel(
     v_ok = vc < DV
     s = tl.zeros((BK, BT), dtype=tl.float32)
     z = tl.zeros((BK,), dtype=tl.float32)
+    if PREC == 1:
+        zc = _z_columns(z, BK)
+        ones_all = _ones_column(C, False)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + tl.arange(0, C)
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
         kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BK), PREC)
         vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], v_ok[None, :])
         s = _mma(tl.trans(kf), vt, s, PREC)
-        z += tl.sum(kf.to(tl.float32), 0)
+        if PREC == 1:
+            zc = _mma(tl.trans(kf), ones_all, zc, PREC)
+        else:
+            z += tl.sum(kf.to(tl.float32), 0)
+    if PREC == 1:
+        z = _z_of(zc)
     frow, f_ok = _state_rows(BK, 0, DS, n_parts)
     base = x_ptr + (bk.to(tl.int64) * G + g) * EP
     tl.store(base + frow[:, None] * DVS + vc[None, :], s, mask=f_ok[:, None] & (vc < DVS)[None, :])
     tl.store(base + n_parts * DS * DVS + frow, z, mask=f_ok & (t == 0))
+    launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
 
 @triton.jit
@@ -349,6 +433,7 @@ def la_scan_kernel(
     y[b, hy, g] = init + sum over g' < g (mode 0), g' > g (mode 1), or, in slot 0, all g' (mode 2).
     init is a state (S [B, HY, FD], z [B, HY, E - FD]); the total, init included, can be written to
     another. Grid: cdiv(E, BE) x B*HY (fastest first); E = FD + F elements per state."""
+    wait_for_primary()  # first: everything below may read the previous kernel's output
     pid = tl.program_id(0)
     ne = tl.cdiv(E, BE)
     bh = (pid // ne).to(tl.int64)
@@ -370,13 +455,15 @@ def la_scan_kernel(
         for r in range(n_grp):
             xs += tl.load(x_ptr + ((bh * n_grp + r) * G + gs[:, None]) * EP + e[None, :], mask=m, other=0.0)
         tot = tl.sum(xs, 0)
-        incl = tl.cumsum(xs, 0)
-        ys = carry[None, :] + tl.where(mode == 0, incl - xs, tot[None, :] - incl)
-        tl.store(y_ptr + bh * sy_bh + gs[:, None] * EP + e[None, :], ys, mask=m & (mode != 2))
+        if mode != 2:  # the total alone needs no prefix sums (the store's mask is off then anyway)
+            incl = tl.cumsum(xs, 0)
+            ys = carry[None, :] + tl.where(mode == 0, incl - xs, tot[None, :] - incl)
+            tl.store(y_ptr + bh * sy_bh + gs[:, None] * EP + e[None, :], ys, mask=m)
         carry += tot
     tl.store(y_ptr + bh * sy_bh + e, carry, mask=e_ok & (mode == 2) & (write_y != 0))
     tl.store(tot_s_ptr + bh * FD + e, carry, mask=s_ok & (has_total != 0))
     tl.store(tot_z_ptr + bh * nz + (e - FD), carry, mask=z_ok & (has_total != 0))
+    launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
 
 @triton.jit
@@ -396,8 +483,10 @@ def la_fwd_kernel(
 
     stats != 0 (backward): o_ptr is grad_out (read), and instead of the output the kernel writes
     den_i (den[b, h, i], by tile 0) and the tile's share of grad_out_i . out_i (dl[b, h, t, i]).
-    write_final: segment G - 1 of the first query head of hk writes the state after it to (sf, zf).
+    write_final (causal): segment G - 1 of the first query head of hk writes the state after it to
+    (sf, zf); the bidirectional total comes from the scan.
     Grid: Dv tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
+    wait_for_primary()  # first: everything below may read the previous kernel's output
     nt = tl.cdiv(DV, BT)
     n_rep = H // HKV
     t, r, g, bk, b, hk = _program(nt, n_rep, G, HKV)
@@ -415,6 +504,14 @@ def la_fwd_kernel(
                 mask=st_mask & (has_s != 0), other=0.0)
     z = tl.load(z_ptr + bk.to(tl.int64) * sz_bh + g * sz_g + frow, mask=f_ok & (has_s != 0), other=0.0)
     ci = tl.arange(0, C)
+    if PREC == 1:
+        zc = _z_columns(z, BK)
+        ones_row = _ones_column(C, True)
+        ones_all = _ones_column(C, False)
+        zop = _z_operand(zc)
+    if not CAUSAL:
+        # The state is fixed: its dot operands once, and the fp32 state need not stay in registers.
+        s_hi, s_lo = _state_halves(s, PREC)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + ci
         r_ok = rows < N
@@ -422,15 +519,29 @@ def la_fwd_kernel(
         qf = _op(_features(qb, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind, scale, 1, BK), PREC)
         kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, CAUSAL, BK), PREC)
         vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], (v_ok & (CAUSAL != 0))[None, :])
-        den = tl.sum(qf.to(tl.float32) * z[None, :], 1) + eps
-        out = _mm_state(qf, s, PREC)
+        if PREC == 1:
+            if CAUSAL:
+                zop = _z_operand(zc)
+            dacc = tl.dot(qf, zop)
+        else:
+            den = tl.sum(qf.to(tl.float32) * z[None, :], 1) + eps
+        if CAUSAL:
+            out = _mm_state(qf, s, PREC)
+        else:
+            out = _mm_halves(qf, s_hi, s_lo, PREC)
         if CAUSAL:  # dots only: the loads above stay unconditional, so they pipeline
             a = _mm(qf, tl.trans(kf), PREC)
             a = tl.where(ci[:, None] >= ci[None, :], a, 0.0)
-            den += tl.sum(a, 1)
+            if PREC == 1:
+                dacc = _mma(a, ones_row, dacc, PREC)
+                zc = _mma(tl.trans(kf), ones_all, zc, PREC)
+            else:
+                den += tl.sum(a, 1)
+                z += tl.sum(kf.to(tl.float32), 0)
             out = _mma(a, vt, out, PREC)
             s = _mma(tl.trans(kf), vt, s, PREC)
-            z += tl.sum(kf.to(tl.float32), 0)
+        if PREC == 1:
+            den = tl.sum(dacc, 1) + eps
         out = out * (1.0 / tl.where(normalize != 0, den, 1.0))[:, None]  # one division per row
         o_rows = ob + rows[:, None].to(tl.int64) * so_n + vc[None, :]
         o_mask = r_ok[:, None] & v_ok[None, :]
@@ -439,10 +550,14 @@ def la_fwd_kernel(
             tl.store(dl_ptr + (bh * nt + t) * N + rows, tl.sum(dout * out, 1), mask=r_ok)
             tl.store(den_ptr + bh * N + rows, den, mask=r_ok & (t == 0))
         _store_out(o_rows, out, o_mask & (stats == 0))
-    fin = (write_final != 0) & (r == 0) & (g == G - 1)
-    fd = n_parts * DS
-    tl.store(sf_ptr + bk.to(tl.int64) * fd * DVS + frow[:, None] * DVS + vc[None, :], s, mask=st_mask & fin)
-    tl.store(zf_ptr + bk.to(tl.int64) * fd + frow, z, mask=f_ok & fin & (t == 0))
+    if CAUSAL:  # the bidirectional total comes from the scan
+        fin = (write_final != 0) & (r == 0) & (g == G - 1)
+        fd = n_parts * DS
+        if PREC == 1:
+            z = _z_of(zc)
+        tl.store(sf_ptr + bk.to(tl.int64) * fd * DVS + frow[:, None] * DVS + vc[None, :], s, mask=st_mask & fin)
+        tl.store(zf_ptr + bk.to(tl.int64) * fd + frow, z, mask=f_ok & fin & (t == 0))
+    launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
 
 # ---- decode: a few rows after a state -------------------------------------------------------------
@@ -523,6 +638,7 @@ def la_bwd_dq_kernel(
     from the forward state (s, z)[b, hk, g]. need_rseg: also writes the segment's (sum qf^T g,
     sum qf r) to rs[b, h, g] for the reverse scan.
     Grid: feature tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
+    wait_for_primary()  # first: everything below may read the previous kernel's output
     hw = _half_width(BF, n_parts)
     n_rep = H // HKV
     ft, r, g, bk, b, hk = _program(tl.cdiv(D, hw), n_rep, G, HKV)
@@ -543,6 +659,8 @@ def la_bwd_dq_kernel(
     z = tl.load(z_ptr + bk.to(tl.int64) * sz_bh + g * sz_g + frow, mask=f_ok & (has_s != 0), other=0.0)
     rs = tl.zeros((BF, BKV), dtype=tl.float32)
     rho = tl.zeros((BF,), dtype=tl.float32)
+    if PREC == 1:
+        rho_c = tl.zeros((BF, SUM_W), dtype=tl.float32)
     ci = tl.arange(0, C)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + ci
@@ -562,12 +680,18 @@ def la_bwd_dq_kernel(
             z += tl.sum(kf, 0)
         if need_rseg != 0:
             rs += _mm(tl.trans(qf), gr, PREC)
-            rho += tl.sum(qf * rr[:, None], 0)
+            if PREC == 1:  # qf^T r as a dot (see SUM_W)
+                rho_c = _mma(tl.trans(qf), _hi_lo_columns(rr[:, None]), rho_c, PREC)
+            else:
+                rho += tl.sum(qf * rr[:, None], 0)
         _store_feature_grad(gq, qb, dqb, rows, N, sq_n, sdq_n, d0, D, wc, ws, n_parts, phi_kind, scale, BF)
+    if PREC == 1:
+        rho = tl.sum(rho_c, 1)
     base = rs_ptr + (bh * G + g) * EP
     keep = need_rseg != 0
     tl.store(base + frow[:, None] * DVS + vc[None, :], rs, mask=st_mask & keep)
     tl.store(base + n_parts * DS * DVS + frow, rho, mask=f_ok & keep)
+    launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
 
 @triton.jit
@@ -584,6 +708,7 @@ def la_bwd_dv_kernel(
     over later rows, dS_final included), summed over the query heads of hk; bidirectional mode
     (CAUSAL = 0) leaves dv = kf R with R the total.
     Grid: Dv tiles x G x B*Hkv (fastest first)."""
+    wait_for_primary()  # first: everything below may read the previous kernel's output
     n_rep = H // HKV
     t, _, g, bk, b, hk = _program(tl.cdiv(DV, BT), 1, G, HKV)
     kb = k_ptr + b * sk_b + hk * sk_h
@@ -615,6 +740,7 @@ def la_bwd_dv_kernel(
             dv += _mm(at, gr, PREC)
             rt += _mm(tl.trans(qf), gr, PREC)
         _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv, r_ok[:, None] & v_ok[None, :])
+    launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
 
 @triton.jit
@@ -631,6 +757,7 @@ def la_bwd_dk_kernel(
     (R, rho)[b, hk, g], summed over the query heads of hk; bidirectional mode (CAUSAL = 0) leaves
     dkf = v R^T + rho with the totals.
     Grid: feature tiles x G x B*Hkv (fastest first)."""
+    wait_for_primary()  # first: everything below may read the previous kernel's output
     hw = _half_width(BF, n_parts)
     n_rep = H // HKV
     ft, _, g, bk, b, hk = _program(tl.cdiv(D, hw), 1, G, HKV)
@@ -664,5 +791,8 @@ def la_bwd_dk_kernel(
             dst = tl.where(ci[None, :] >= ci[:, None], dst, 0.0)
             gk += _mm(dst, qf, PREC)
             rt += _mm(tl.trans(qf), dout * inv[:, None], PREC)
-            rho += tl.sum(qf * rr[:, None], 0)
+            if PREC == 1:  # qf^T r as a dot (see SUM_W)
+                rho += tl.sum(_mm(tl.trans(qf), _hi_lo_columns(rr[:, None]), PREC), 1)
+            else:
+                rho += tl.sum(qf * rr[:, None], 0)
         _store_feature_grad(gk, kb, dkb, rows, N, sk_n, sdk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, BF)

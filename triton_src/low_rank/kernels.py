@@ -48,10 +48,8 @@ and decode kernels compute ``low_rank_reference``), which the interpreter tests 
 import torch
 import triton
 import triton.language as tl
-from triton import knobs
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-from triton.language.target_info import cuda_capability_geq
-from triton.runtime.jit import constexpr_function
+
+from triton_src.common.grid_dependency import launch_dependents, wait_for_primary
 
 
 def _rows_2d(t: torch.Tensor) -> torch.Tensor:
@@ -143,28 +141,6 @@ def low_rank_fused_kernel(
 # Their reference is low_rank_reference.
 
 
-@constexpr_function
-def _has_grid_dependency_control():
-    # griddepcontrol exists from sm_90 on (sm_80 has no such instruction). The interpreter runs no
-    # PTX, whatever GPU the machine has.
-    return not knobs.runtime.interpret and cuda_capability_geq(9, 0)
-
-
-@triton.jit
-def _launch_dependents():
-    """Lets the next kernel in the stream, when launched as a programmatic dependent, start now."""
-    if _has_grid_dependency_control():
-        gdc_launch_dependents()
-
-
-@triton.jit
-def _wait_for_primary():
-    """Waits until the previous kernel in the stream has completed and its writes are visible
-    (returns at once when this kernel was launched as a plain, stream-ordered, launch)."""
-    if _has_grid_dependency_control():
-        gdc_wait()
-
-
 @triton.jit
 def low_rank_decode_partial_kernel(
     x_ptr, v_ptr, part_ptr,
@@ -180,7 +156,7 @@ def low_rank_decode_partial_kernel(
     programs finish in).
     """
     # At once: the second kernel's programs start loading U on the SMs this grid leaves free.
-    _launch_dependents()
+    launch_dependents()
     rb = tl.program_id(0)
     ks = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)
@@ -243,7 +219,7 @@ def low_rank_decode_out_kernel(
     u_cols = u_ptr + cols.to(tl.int64)[None, :] * su_n
     ut = tl.load(u_cols + rc[:, None], mask=c_ok[None, :] & (rc[:, None] < R), other=0.0)
     bias = tl.load(bias_ptr + cols, mask=c_ok & (has_bias != 0), other=0.0).to(tl.float32)
-    _wait_for_primary()
+    wait_for_primary()
     store = (store_h != 0) & (pid == 0)
     h = _hidden_chunk(part_ptr, h_ptr, rows, rc, M, R, n_ksplit, store, sh_m, BLOCK_M, BLOCK_R)
     out = _dot(h, ut, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
