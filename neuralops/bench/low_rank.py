@@ -9,6 +9,8 @@ also timed on the GPU alone, for ``auto`` and two ``F.linear`` calls, in CUDA gr
   - "graph of L layers": one replay calls the op over L weight sets that together exceed the L2,
     timed per call: every call reads its weights from DRAM, as the layers of a served model do,
     without the replay's fixed cost of a few us that a one-call graph adds (timing.add_graphed_layers).
+Forward+backward steps are also replayed from a CUDA graph ("CUDA graph"), for ``auto`` and two
+``F.linear`` calls with autograd: eager, autograd's host work can leave the GPU idle between kernels.
 Run: ``python -m neuralops.bench low_rank [--quick]``.
 """
 
@@ -89,6 +91,11 @@ def _fwd_bwd_case(m: int, k: int, r: int, n: int, dt: str) -> Case:
         f"neuralops {backend}": (lambda be=backend: neuralops(be)) for backend in _BACKENDS
     }
     impls["2x F.linear + autograd"] = peer
+    # The step replayed from a CUDA graph: the GPU's time alone. Eager, autograd's host work (about
+    # 100 us a step) can outlast the timer's cover and leave the GPU waiting between kernels, by
+    # different amounts for paths that run the very same kernels (results/low_rank.md).
+    add_graphed(impls, "neuralops auto, CUDA graph", impls["neuralops auto"])
+    add_graphed(impls, "2x F.linear + autograd, CUDA graph", peer)
     return Case("low_rank fwd+bwd", f"M{m} in{k} out{n} r{r} {dt} (auto bwd: {route})", nbytes, flops, impls)
 
 
