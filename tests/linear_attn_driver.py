@@ -8,8 +8,8 @@ import torch
 import triton
 
 from triton_src.linear_attn import kernels as K
-from triton_src.linear_attn.spec import (BLOCKS, DECODE_BT, DECODE_WARPS, FWD_TILES, PRECISION, SCAN_CONSTEXPRS,
-                                         STATE_TILES, TILES, VALUE_TILES)
+from triton_src.linear_attn.spec import (BLOCKS, DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
+                                         STATE_TILES, TILES, VALUE_TILES, fwd_tiles)
 
 
 def pad16(x: int) -> int:
@@ -78,7 +78,8 @@ class _Setup:
         self.bk = block_for(self.dtype, self.n_parts * self.dp)
         self.prec = PRECISION[self.dtype]
         # (C, BT, launch options, Dv tiles) of the state pass, the forward and the dv pass.
-        self.state, self.fwd, self.dvt = (self._tiles(t[self.dtype, self.bk]) for t in (STATE_TILES, FWD_TILES, TILES))
+        self.state, self.fwd, self.dvt = (self._tiles(t[self.dtype, self.bk])
+                                          for t in (STATE_TILES, fwd_tiles(self.causal), TILES))
         self.nt = self.fwd[3]
         # Segments hold whole chunks of the backward's dq / dk kernels too (as csrc's make_plan).
         c_value = VALUE_TILES[self.dtype, block_for(self.dtype, self.dvp)][0]
