@@ -8,7 +8,8 @@ kernels with a causal and a bidirectional mode also take it as a key. Everything
 normalization, Cosformer, GQA, states, stats) is a run-time argument: (2 + 4 * 2) kernels * 7
 (dtype, block) pairs + the scan = 71 variants. The bf16 tiles of blocks 64 and 128 come from the
 H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state pass and the
-forward have their own, STATE_TILES and FWD_TILES) and the spill counts of the 3.8 cubins
+forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward BIDIR_FWD_TILES)
+and the spill counts of the 3.8 cubins
 (benchmarks/cubin_stats.py: 8 warps at 128 features); the others keep the running
 state at most 32 KB of registers per program and shared memory under 99 KB (the opt-in limit of
 sm_86, sm_89 and sm_120, which also run the sm_80 cubins).
