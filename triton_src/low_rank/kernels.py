@@ -92,6 +92,23 @@ def _row_offsets(rows, inner, s_outer, s_inner):
     return (rows // inner).to(tl.int64) * s_outer + (rows % inner).to(tl.int64) * s_inner
 
 
+@triton.jit
+def nt_tile(a_rows, b_rows, a_ok, b_ok, k_lo, k_hi,
+            BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The fp32 [BLOCK_A, BLOCK_B] tile A[a, k_lo:k_hi] @ B[b, k_lo:k_hi].T, from the start pointers
+    of A's and B's rows and their masks (rows with unit stride along K): h = x @ V.T or its partial
+    over a range of K, y = h @ U.T, any C = A @ B.T."""
+    kk0 = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_A, BLOCK_B), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        kk = k0 + kk0
+        k_ok = kk < k_hi
+        a = tl.load(a_rows[:, None] + kk[None, :], mask=a_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_rows[None, :] + kk[:, None], mask=b_ok[None, :] & k_ok[:, None], other=0.0)
+        acc = _dot(a, b, acc)
+    return acc
+
+
 # ---- fused forward (M > 64); its reference is low_rank_reference --------------------------------
 
 @triton.jit
@@ -109,15 +126,7 @@ def low_rank_fused_kernel(
     rr = tl.arange(0, BLOCK_R)
     r_ok = rr < R
     v_rows = v_ptr + rr.to(tl.int64) * sv_r
-    kk0 = tl.arange(0, BLOCK_K)
-
-    acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + kk0
-        k_ok = kk < K
-        a = tl.load(x_rows[:, None] + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(v_rows[None, :] + kk[:, None], mask=r_ok[None, :] & k_ok[:, None], other=0.0)
-        acc = _dot(a, b, acc)
+    acc = nt_tile(x_rows, v_rows, row_ok, r_ok, 0, K, BLOCK_M, BLOCK_R, BLOCK_K)
     h = acc.to(y_ptr.dtype.element_ty)
     if (store_h != 0) & (pid_n == 0):
         h_out = h_ptr + rows.to(tl.int64)[:, None] * sh_m + rr[None, :]
@@ -165,16 +174,8 @@ def low_rank_decode_partial_kernel(
     r_ok = rr < R
     x_rows = x_ptr + _row_offsets(rows, x_inner, sx_outer, sx_inner)
     v_rows = v_ptr + rr.to(tl.int64) * sv_r
-    kk0 = tl.arange(0, BLOCK_K)
     k_lo = ks * k_split
-    k_hi = tl.minimum(k_lo + k_split, K)
-    acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        kk = k0 + kk0
-        k_ok = kk < k_hi
-        a = tl.load(x_rows[:, None] + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(v_rows[None, :] + kk[:, None], mask=r_ok[None, :] & k_ok[:, None], other=0.0)
-        acc = _dot(a, b, acc)
+    acc = nt_tile(x_rows, v_rows, row_ok, r_ok, k_lo, tl.minimum(k_lo + k_split, K), BLOCK_M, BLOCK_R, BLOCK_K)
     part = part_ptr + ks * (M.to(tl.int64) * R) + (rows.to(tl.int64) * R)[:, None] + rr[None, :]
     tl.store(part, acc, mask=row_ok[:, None] & r_ok[None, :])
 
@@ -265,14 +266,7 @@ def gemm_nt_kernel(
     col_ok = cols < N
     a_rows = a_ptr + _row_offsets(rows, a_inner, sa_outer, sa_inner)
     b_rows = b_ptr + cols.to(tl.int64) * sb_n
-    kk0 = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + kk0
-        k_ok = kk < K
-        a = tl.load(a_rows[:, None] + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(b_rows[None, :] + kk[:, None], mask=col_ok[None, :] & k_ok[:, None], other=0.0)
-        acc = _dot(a, b, acc)
+    acc = nt_tile(a_rows, b_rows, row_ok, col_ok, 0, K, BLOCK_M, BLOCK_N, BLOCK_K)
     if has_bias != 0:
         acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     c_out = c_ptr + rows.to(tl.int64)[:, None] * sc_m + cols[None, :]
