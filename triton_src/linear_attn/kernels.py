@@ -401,7 +401,7 @@ def la_state_kernel(
     s = tl.zeros((BK, BT), dtype=tl.float32)
     z = tl.zeros((BK,), dtype=tl.float32)
     if PREC == 1:
-        zc = _z_columns(z, BK)
+        zc = tl.zeros((BK, SUM_W), dtype=tl.float32)
         ones_all = _ones_column(C, False)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + tl.arange(0, C)
@@ -506,12 +506,14 @@ def la_fwd_kernel(
     ci = tl.arange(0, C)
     if PREC == 1:
         zc = _z_columns(z, BK)
-        ones_row = _ones_column(C, True)
-        ones_all = _ones_column(C, False)
-        zop = _z_operand(zc)
+        if CAUSAL:
+            ones_row = _ones_column(C, True)
+            ones_all = _ones_column(C, False)
     if not CAUSAL:
         # The state is fixed: its dot operands once, and the fp32 state need not stay in registers.
         s_hi, s_lo = _state_halves(s, PREC)
+        if PREC == 1:
+            zop = _z_operand(zc)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + ci
         r_ok = rows < N
