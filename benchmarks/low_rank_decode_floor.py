@@ -4,12 +4,12 @@ The experiment behind the decode notes in benchmarks/results/low_rank.md. It tim
 CUDA graph of 32 layers (in = out = 4096, r256, bf16; each layer's weights read from DRAM):
   - nop:    neuralops.low_rank.fwd (two kernels chained by programmatic dependent launch);
   - lin:    two F.linear calls;
-  - one*:   decode1_kernel, ONE launch: every program computes a partial of h = x @ V.T, the last
-            split of each R block sums them (per-block counters), a grid barrier waits for h, then
-            every program writes its columns of y. Its counters reset themselves (no memset, no
-            ticket); the grid must be co-resident (here: at most one program per SM). one_shot sums
-            the partials with one 3D load instead of a loop;
-  - atomic*: decode2_kernel, ONE launch, h accumulated with fp32 atomics (zeroed by the last
+  - one*:   barrier_decode_kernel, ONE launch: every program computes a partial of h = x @ V.T,
+            the last split of each R block sums them (per-block counters), a grid barrier waits for
+            h, then every program writes its columns of y. Its counters reset themselves (no memset,
+            no ticket); the grid must be co-resident (here: at most one program per SM). one_shot
+            sums the partials with one 3D load instead of a loop;
+  - atomic*: atomic_decode_kernel, ONE launch, h accumulated with fp32 atomics (zeroed by the last
             program out);
   - empty:  a kernel that does nothing (the graph's cost per kernel node);
   - read*:  a kernel that only reads the 4 MB of weights (the floor of a one-kernel decode).
@@ -20,52 +20,61 @@ Prototype code: Triton JIT, not part of the package (the package ships AOT kerne
 """
 import os
 import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from triton_src.low_rank.kernels import nt_tile  # noqa: E402  (the shipped kernels' K loop)
+
 INTERP = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
-def decode1_kernel(x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, h_ptr, part_ptr, sync_ptr,
-                   M, K, R, N, k_split, n_ksplit, has_bias,
-                   sx_m, sv_r, su_n, sy_m, sh_m,
-                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_RU: tl.constexpr, POLL_LOAD: tl.constexpr, KS_P: tl.constexpr):
+def _u_tile(u_ptr, bias_ptr, tile, R, N, has_bias, su_n, BLOCK_N: tl.constexpr, BLOCK_RU: tl.constexpr):
+    """Output tile `tile`'s first BLOCK_RU rows of U.T ([BLOCK_RU, BLOCK_N]) and its fp32 bias."""
+    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ok = cols < N
+    rc = tl.arange(0, BLOCK_RU)
+    ut = tl.load(u_ptr + cols.to(tl.int64)[None, :] * su_n + rc[:, None], mask=c_ok[None, :] & (rc[:, None] < R),
+                 other=0.0)
+    return ut, tl.load(bias_ptr + cols, mask=c_ok & (has_bias != 0), other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _h_partial(t, x_rows, v_ptr, row_ok, K, R, k_split, n_rb, sv_r,
+               BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Partial tile t (R block t % n_rb, K range t // n_rb) of h: (the fp32 tile, rb, ks, rr, r_ok)."""
+    rb = t % n_rb
+    ks = t // n_rb
+    rr = rb * BLOCK_R + tl.arange(0, BLOCK_R)
+    r_ok = rr < R
+    k_lo = ks * k_split
+    acc = nt_tile(x_rows, v_ptr + rr.to(tl.int64) * sv_r, row_ok, r_ok, k_lo, tl.minimum(k_lo + k_split, K),
+                  BLOCK_M, BLOCK_R, BLOCK_K)
+    return acc, rb, ks, rr, r_ok
+
+
+@triton.jit
+def barrier_decode_kernel(x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, h_ptr, part_ptr, sync_ptr,
+                          M, K, R, N, k_split, n_ksplit, has_bias,
+                          sx_m, sv_r, su_n, sy_m, sh_m,
+                          BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_RU: tl.constexpr, KS_P: tl.constexpr):
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     rows = tl.arange(0, BLOCK_M)
     row_ok = rows < M
-    # prefetch the first output tile's U chunk and bias (weights only: nothing this kernel writes)
-    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ok = cols < N
-    rc = tl.arange(0, BLOCK_RU)
-    u_cols = u_ptr + cols.to(tl.int64)[None, :] * su_n
-    ut0 = tl.load(u_cols + rc[:, None], mask=c_ok[None, :] & (rc[:, None] < R), other=0.0)
-    bias0 = tl.load(bias_ptr + cols, mask=c_ok & (has_bias != 0), other=0.0).to(tl.float32)
-
+    # The first output tile's U and bias first: weights only, nothing this kernel writes.
+    ut0, bias0 = _u_tile(u_ptr, bias_ptr, pid, R, N, has_bias, su_n, BLOCK_N, BLOCK_RU)
     n_rb = tl.cdiv(R, BLOCK_R)
-    a_tiles = n_rb * n_ksplit
-    kk0 = tl.arange(0, BLOCK_K)
     x_rows = x_ptr + rows.to(tl.int64) * sx_m
-    for t in range(pid, a_tiles, G):
-        rb = t % n_rb
-        ks = t // n_rb
-        rr = rb * BLOCK_R + tl.arange(0, BLOCK_R)
-        r_ok = rr < R
-        v_rows = v_ptr + rr.to(tl.int64) * sv_r
-        k_lo = ks * k_split
-        k_hi = tl.minimum(k_lo + k_split, K)
-        acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-        for k0 in range(k_lo, k_hi, BLOCK_K):
-            kk = k0 + kk0
-            k_ok = kk < k_hi
-            a = tl.load(x_rows[:, None] + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(v_rows[None, :] + kk[:, None], mask=r_ok[None, :] & k_ok[:, None], other=0.0)
-            acc = tl.dot(a, b, acc)
+    for t in range(pid, n_rb * n_ksplit, G):
+        acc, rb, ks, rr, r_ok = _h_partial(t, x_rows, v_ptr, row_ok, K, R, k_split, n_rb, sv_r,
+                                           BLOCK_M, BLOCK_R, BLOCK_K)
         slab = R.to(tl.int64) * M
         part = part_ptr + (rows.to(tl.int64) * R)[:, None] + rr[None, :]
         tile_ok = row_ok[:, None] & r_ok[None, :]
@@ -84,43 +93,37 @@ def decode1_kernel(x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, h_ptr, part_ptr, sync_p
                 total = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
                 for s in range(0, n_ksplit):
                     total += tl.load(part + s * slab, mask=tile_ok, other=0.0, cache_modifier=".cg")
-            tl.store(h_ptr + rows.to(tl.int64)[:, None] * sh_m + rr[None, :], total.to(h_ptr.dtype.element_ty), mask=tile_ok)
+            tl.store(h_ptr + rows.to(tl.int64)[:, None] * sh_m + rr[None, :], total.to(h_ptr.dtype.element_ty),
+                     mask=tile_ok)
             tl.debug_barrier()
             tl.atomic_add(sync_ptr, 1, sem="release")
-    # grid barrier: wait until every R block of h is written
-    if POLL_LOAD:
+    # grid barrier: wait until every R block of h is written; the last program through resets
+    seen = tl.load(sync_ptr, volatile=True)
+    while seen < n_rb:
         seen = tl.load(sync_ptr, volatile=True)
-        while seen < n_rb:
-            seen = tl.load(sync_ptr, volatile=True)
-        seen = tl.atomic_add(sync_ptr, 0, sem="acquire")
-    else:
-        seen = tl.atomic_add(sync_ptr, 0, sem="acquire")
-        while seen < n_rb:
-            seen = tl.atomic_add(sync_ptr, 0, sem="acquire")
+    seen = tl.atomic_add(sync_ptr, 0, sem="acquire")
     tl.debug_barrier()
     left = tl.atomic_add(sync_ptr + 1, 1, sem="relaxed")
     if left == G - 1:
         tl.atomic_xchg(sync_ptr, 0, sem="relaxed")
         tl.atomic_xchg(sync_ptr + 1, 0, sem="relaxed")
-    # output tiles
-    n_tiles = tl.cdiv(N, BLOCK_N)
     h_rows = h_ptr + rows.to(tl.int64)[:, None] * sh_m
-    for tile in range(pid, n_tiles, G):
+    rc = tl.arange(0, BLOCK_RU)
+    for tile in range(pid, tl.cdiv(N, BLOCK_N), G):
+        if tile == pid:
+            ut, bias = ut0, bias0
+        else:
+            ut, bias = _u_tile(u_ptr, bias_ptr, tile, R, N, has_bias, su_n, BLOCK_N, BLOCK_RU)
         cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         c_ok = cols < N
-        u_cols = u_ptr + cols.to(tl.int64)[None, :] * su_n
-        if tile == pid:
-            ut = ut0
-            bias = bias0
-        else:
-            ut = tl.load(u_cols + rc[:, None], mask=c_ok[None, :] & (rc[:, None] < R), other=0.0)
-            bias = tl.load(bias_ptr + cols, mask=c_ok & (has_bias != 0), other=0.0).to(tl.float32)
         h = tl.load(h_rows + rc[None, :], mask=row_ok[:, None] & (rc[None, :] < R), other=0.0, cache_modifier=".cg")
         out = tl.dot(h, ut, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
+        u_cols = u_ptr + cols.to(tl.int64)[None, :] * su_n
         for r0 in range(BLOCK_RU, R, BLOCK_RU):
             rr = r0 + rc
             ut = tl.load(u_cols + rr[:, None], mask=c_ok[None, :] & (rr[:, None] < R), other=0.0)
-            h = tl.load(h_rows + rr[None, :], mask=row_ok[:, None] & (rr[None, :] < R), other=0.0, cache_modifier=".cg")
+            h = tl.load(h_rows + rr[None, :], mask=row_ok[:, None] & (rr[None, :] < R), other=0.0,
+                        cache_modifier=".cg")
             out = tl.dot(h, ut, out)
         out += bias[None, :]
         tl.store(y_ptr + rows.to(tl.int64)[:, None] * sy_m + cols[None, :], out.to(y_ptr.dtype.element_ty),
@@ -128,43 +131,26 @@ def decode1_kernel(x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, h_ptr, part_ptr, sync_p
 
 
 @triton.jit
-def decode2_kernel(x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, acc_ptr, sync_ptr,
-                   M, K, R, N, k_split, n_ksplit, has_bias,
-                   sx_m, sv_r, su_n, sy_m,
-                   BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_RU: tl.constexpr):
-    """h accumulated with fp32 atomics into acc (zero on entry; the last program out zeroes it)."""
+def atomic_decode_kernel(x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, acc_ptr, sync_ptr,
+                         M, K, R, N, k_split, n_ksplit, has_bias,
+                         sx_m, sv_r, su_n, sy_m,
+                         BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_RU: tl.constexpr):
+    """h accumulated with fp32 atomics into acc (zero on entry; the last program out zeroes it).
+    R <= BLOCK_RU: h is read whole."""
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     rows = tl.arange(0, BLOCK_M)
     row_ok = rows < M
-    rc = tl.arange(0, BLOCK_RU)
-    n_tiles = tl.cdiv(N, BLOCK_N)
-    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ok = cols < N
-    u_cols = u_ptr + cols.to(tl.int64)[None, :] * su_n
-    ut0 = tl.load(u_cols + rc[:, None], mask=c_ok[None, :] & (rc[:, None] < R), other=0.0)
-    bias0 = tl.load(bias_ptr + cols, mask=c_ok & (has_bias != 0), other=0.0).to(tl.float32)
+    ut0, bias0 = _u_tile(u_ptr, bias_ptr, pid, R, N, has_bias, su_n, BLOCK_N, BLOCK_RU)
     n_rb = tl.cdiv(R, BLOCK_R)
     a_tiles = n_rb * n_ksplit
-    kk0 = tl.arange(0, BLOCK_K)
     x_rows = x_ptr + rows.to(tl.int64) * sx_m
     for t in range(pid, a_tiles, G):
-        rb = t % n_rb
-        ks = t // n_rb
-        rr = rb * BLOCK_R + tl.arange(0, BLOCK_R)
-        r_ok = rr < R
-        v_rows = v_ptr + rr.to(tl.int64) * sv_r
-        k_lo = ks * k_split
-        k_hi = tl.minimum(k_lo + k_split, K)
-        acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-        for k0 in range(k_lo, k_hi, BLOCK_K):
-            kk = k0 + kk0
-            k_ok = kk < k_hi
-            a = tl.load(x_rows[:, None] + kk[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(v_rows[None, :] + kk[:, None], mask=r_ok[None, :] & k_ok[:, None], other=0.0)
-            acc = tl.dot(a, b, acc)
-        tl.atomic_add(acc_ptr + (rows * R)[:, None] + rr[None, :], acc, mask=row_ok[:, None] & r_ok[None, :], sem="relaxed")
+        acc, rb, ks, rr, r_ok = _h_partial(t, x_rows, v_ptr, row_ok, K, R, k_split, n_rb, sv_r,
+                                           BLOCK_M, BLOCK_R, BLOCK_K)
+        tl.atomic_add(acc_ptr + (rows * R)[:, None] + rr[None, :], acc, mask=row_ok[:, None] & r_ok[None, :],
+                      sem="relaxed")
         tl.debug_barrier()
         tl.atomic_add(sync_ptr, 1, sem="release")
     seen = tl.load(sync_ptr, volatile=True)
@@ -172,34 +158,29 @@ def decode2_kernel(x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, acc_ptr, sync_ptr,
         seen = tl.load(sync_ptr, volatile=True)
     seen = tl.atomic_add(sync_ptr, 0, sem="acquire")
     tl.debug_barrier()
-    h = tl.load(acc_ptr + (rows * R)[:, None] + rc[None, :], mask=row_ok[:, None] & (rc[None, :] < R), other=0.0,
-                cache_modifier=".cg").to(u_ptr.dtype.element_ty)
+    rc = tl.arange(0, BLOCK_RU)
+    h_tile = acc_ptr + (rows * R)[:, None] + rc[None, :]
+    h_ok = row_ok[:, None] & (rc[None, :] < R)
+    h = tl.load(h_tile, mask=h_ok, other=0.0, cache_modifier=".cg").to(u_ptr.dtype.element_ty)
     tl.debug_barrier()
     left = tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel")
     if left == G - 1:
-        tl.store(acc_ptr + (rows * R)[:, None] + rc[None, :], tl.zeros((BLOCK_M, BLOCK_RU), dtype=tl.float32),
-                 mask=row_ok[:, None] & (rc[None, :] < R))
+        tl.store(h_tile, tl.zeros((BLOCK_M, BLOCK_RU), dtype=tl.float32), mask=h_ok)
         tl.atomic_xchg(sync_ptr, 0, sem="relaxed")
         tl.atomic_xchg(sync_ptr + 1, 0, sem="relaxed")
-    for tile in range(pid, n_tiles, G):
-        cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        c_ok = cols < N
+    for tile in range(pid, tl.cdiv(N, BLOCK_N), G):
         if tile == pid:
-            ut = ut0
-            bias = bias0
+            ut, bias = ut0, bias0
         else:
-            u_cols = u_ptr + cols.to(tl.int64)[None, :] * su_n
-            ut = tl.load(u_cols + rc[:, None], mask=c_ok[None, :] & (rc[:, None] < R), other=0.0)
-            bias = tl.load(bias_ptr + cols, mask=c_ok & (has_bias != 0), other=0.0).to(tl.float32)
+            ut, bias = _u_tile(u_ptr, bias_ptr, tile, R, N, has_bias, su_n, BLOCK_N, BLOCK_RU)
+        cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         out = tl.dot(h, ut, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)) + bias[None, :]
         tl.store(y_ptr + rows.to(tl.int64)[:, None] * sy_m + cols[None, :], out.to(y_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & c_ok[None, :])
+                 mask=row_ok[:, None] & (cols < N)[None, :])
 
 
-_ACC = {}
-
-
-def decode2(x, U, V, bias, G=None, BK=None, BR=32, BN=32, ks=None, warps=4, stages=3):
+def _plan(x, U, V, G, BK, BR, BN, ks):
+    """(BLOCK_M, BLOCK_K, K splits, K per split, programs) for these inputs: one program per SM."""
     M, K = x.shape
     R, N = V.shape[0], U.shape[0]
     BM = 16 if M <= 16 else 64
@@ -210,35 +191,39 @@ def decode2(x, U, V, bias, G=None, BK=None, BR=32, BN=32, ks=None, warps=4, stag
         ks = max(1, min(triton.cdiv(K, BK), sms // n_rb))
     k_split = triton.cdiv(triton.cdiv(K, ks), BK) * BK
     ks = triton.cdiv(K, k_split)
-    G = G or min(sms, max(n_rb * ks, triton.cdiv(N, BN)))
+    return BM, BK, ks, k_split, G or min(sms, max(n_rb * ks, triton.cdiv(N, BN)))
+
+
+_ACC = {}   # (device, R) -> (fp32 h accumulator for up to 64 rows, counters): zero between calls
+_SYNC = {}  # (device, R blocks) -> counters: zero between calls
+
+
+def atomic_decode(x, U, V, bias, G=None, BK=None, BR=32, BN=32, ks=None, warps=4, stages=3):
+    """(y, h from PyTorch (the kernel keeps its own), the counters)."""
+    M, K = x.shape
+    R, N = V.shape[0], U.shape[0]
+    BM, BK, ks, k_split, G = _plan(x, U, V, G, BK, BR, BN, ks)
     key = (x.device, R)
     if key not in _ACC:
-        _ACC[key] = (torch.zeros(64 * R, dtype=torch.float32, device=x.device), torch.zeros(2, dtype=torch.int32, device=x.device))
+        _ACC[key] = (torch.zeros(64 * R, dtype=torch.float32, device=x.device),
+                     torch.zeros(2, dtype=torch.int32, device=x.device))
     acc, sync = _ACC[key]
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
-    decode2_kernel[(G,)](x, V, U, bias if bias is not None else y, y, acc, sync,
-                         M, K, R, N, k_split, ks, int(bias is not None),
-                         x.stride(0), V.stride(0), U.stride(0), y.stride(0),
-                         BLOCK_M=BM, BLOCK_K=BK, BLOCK_R=BR, BLOCK_N=BN, BLOCK_RU=triton.next_power_of_2(R),
-                         num_warps=warps, num_stages=stages)
+    atomic_decode_kernel[(G,)](x, V, U, bias if bias is not None else y, y, acc, sync,
+                               M, K, R, N, k_split, ks, int(bias is not None),
+                               x.stride(0), V.stride(0), U.stride(0), y.stride(0),
+                               BLOCK_M=BM, BLOCK_K=BK, BLOCK_R=BR, BLOCK_N=BN,
+                               BLOCK_RU=triton.next_power_of_2(R), num_warps=warps, num_stages=stages)
     return y, (x.float() @ V.float().T).to(x.dtype), sync
 
 
-_SYNC = {}
-
-
-def decode1(x, U, V, bias, G=None, BK=None, BR=32, BN=32, BRU=256, poll_load=True, ks=None, warps=4, stages=3, oneshot=False):
+def barrier_decode(x, U, V, bias, G=None, BK=None, BR=32, BN=32, BRU=256, ks=None, warps=4, stages=3,
+                   oneshot=False):
+    """(y, h, the counters)."""
     M, K = x.shape
     R, N = V.shape[0], U.shape[0]
-    BM = 16 if M <= 16 else 64
-    BK = BK or (128 if BM == 16 else 64)
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
+    BM, BK, ks, k_split, G = _plan(x, U, V, G, BK, BR, BN, ks)
     n_rb = triton.cdiv(R, BR)
-    if ks is None:
-        ks = max(1, min(triton.cdiv(K, BK), sms // n_rb))
-    k_split = triton.cdiv(triton.cdiv(K, ks), BK) * BK
-    ks = triton.cdiv(K, k_split)
-    G = G or min(sms, max(n_rb * ks, triton.cdiv(N, BN)))
     key = (x.device, n_rb)
     if key not in _SYNC:
         _SYNC[key] = torch.zeros(2 + n_rb, dtype=torch.int32, device=x.device)
@@ -246,50 +231,54 @@ def decode1(x, U, V, bias, G=None, BK=None, BR=32, BN=32, BRU=256, poll_load=Tru
     part = torch.empty(ks, M, R, dtype=torch.float32, device=x.device)
     h = torch.empty(M, R, dtype=x.dtype, device=x.device)
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
-    decode1_kernel[(G,)](x, V, U, bias if bias is not None else y, y, h, part, sync,
-                         M, K, R, N, k_split, ks, int(bias is not None),
-                         x.stride(0), V.stride(0), U.stride(0), y.stride(0), h.stride(0),
-                         BLOCK_M=BM, BLOCK_K=BK, BLOCK_R=BR, BLOCK_N=BN, BLOCK_RU=min(BRU, triton.next_power_of_2(R)),
-                         POLL_LOAD=poll_load, KS_P=triton.next_power_of_2(ks) if oneshot else 0, num_warps=warps, num_stages=stages)
+    barrier_decode_kernel[(G,)](x, V, U, bias if bias is not None else y, y, h, part, sync,
+                                M, K, R, N, k_split, ks, int(bias is not None),
+                                x.stride(0), V.stride(0), U.stride(0), y.stride(0), h.stride(0),
+                                BLOCK_M=BM, BLOCK_K=BK, BLOCK_R=BR, BLOCK_N=BN,
+                                BLOCK_RU=min(BRU, triton.next_power_of_2(R)),
+                                KS_P=triton.next_power_of_2(ks) if oneshot else 0, num_warps=warps, num_stages=stages)
     return y, h, sync
 
 
-def check(dev, dtype, cases, fn=None):
+def check(dev, dtype, cases, fn):
+    """Worst norm-wise relative error of h and y over `cases` (M, K, R, N, programs or None); the
+    counters and the atomic accumulator must be back at zero after every call."""
     worst = 0.0
     for (M, K, R, N, G) in cases:
         x = torch.randn(M, K, device=dev, dtype=dtype)
         V = torch.randn(R, K, device=dev, dtype=dtype) / K**0.5
         U = torch.randn(N, R, device=dev, dtype=dtype) / R**0.5
         b = torch.randn(N, device=dev, dtype=dtype)
-        y, h, sync = (fn or decode1)(x, U, V, b, G=G)
+        y, h, sync = fn(x, U, V, b, G=G)
         href = (x.double() @ V.double().T)
         yref = h.double() @ U.double().T + b.double()
         e1 = ((h.double() - href).norm() / href.norm()).item()
         e2 = ((y.double() - yref).norm() / yref.norm()).item()
         assert int(sync.abs().sum()) == 0, sync
-        for a_, s_ in _ACC.values():
-            assert float(a_.abs().sum()) == 0
+        for acc, _ in _ACC.values():
+            assert float(acc.abs().sum()) == 0
         worst = max(worst, e1, e2)
         print(f"M{M} K{K} R{R} N{N} G{G}: h err {e1:.1e} y err {e2:.1e}", flush=True)
     return worst
 
 
+def _oneshot(*args, **kwargs):
+    return barrier_decode(*args, **kwargs, oneshot=True)
+
+
 if __name__ == "__main__":
+    variants = (barrier_decode, _oneshot, atomic_decode)
     if INTERP:
-        check("cpu", torch.float32, [(3, 64, 48, 80, 1), (16, 256, 64, 32, 1)])
-        check("cpu", torch.float32, [(3, 64, 48, 80, 1), (16, 256, 64, 32, 1)], lambda *a, **k: decode1(*a, **k, oneshot=True))
+        for fn in variants:
+            check("cpu", torch.float32, [(3, 64, 48, 80, 1), (16, 256, 64, 32, 1)], fn)
         sys.exit(0)
     dt = torch.bfloat16
-    w = check("cuda", dt, [(1, 4096, 256, 4096, None), (16, 4096, 256, 4096, None), (64, 4096, 256, 4096, None),
-                          (7, 4096, 512, 11008, None), (33, 1024, 96, 400, None), (16, 4096, 256, 4096, 8),
-                          (64, 11008, 256, 4096, None)])
-    cs = [(1, 4096, 256, 4096, None), (16, 4096, 256, 4096, None), (64, 4096, 256, 4096, None),
-          (33, 1024, 96, 400, None), (16, 4096, 256, 4096, 8), (64, 11008, 256, 4096, None), (64, 4096, 256, 11008, None)]
-    w = max(w, check("cuda", dt, cs, lambda *a, **k: decode1(*a, **k, oneshot=True)))
-    w = max(w, check("cuda", dt, cs, decode2))
-    print("worst", w)
-    from neuralops.core.triton_kernels import low_rank as lr
+    cases = [(1, 4096, 256, 4096, None), (16, 4096, 256, 4096, None), (64, 4096, 256, 4096, None),
+             (33, 1024, 96, 400, None), (16, 4096, 256, 4096, 8), (64, 11008, 256, 4096, None),
+             (64, 4096, 256, 11008, None)]
+    print("worst", max(check("cuda", dt, cases, fn) for fn in variants))
     from neuralops.bench.timing import Timer, add_graphed_layers
+    from neuralops.core.triton_kernels import low_rank as lr
     t = Timer(warmup=5, reps=40)
 
     @triton.jit
@@ -323,14 +312,14 @@ if __name__ == "__main__":
         impls = {}
         add_graphed_layers(impls, "nop", lambda u, v, bb: lr.fwd(x, u, v, bb), (U, V, b))
         add_graphed_layers(impls, "lin", lambda u, v, bb: F.linear(F.linear(x, v), u, bb), (U, V, b))
-        add_graphed_layers(impls, "one", lambda u, v, bb: decode1(x, u, v, bb)[0], (U, V, b))
-        add_graphed_layers(impls, "one_shot", lambda u, v, bb: decode1(x, u, v, bb, oneshot=True)[0], (U, V, b))
-        add_graphed_layers(impls, "one_shot_w8", lambda u, v, bb: decode1(x, u, v, bb, oneshot=True, warps=8)[0], (U, V, b))
-        add_graphed_layers(impls, "one_shot_ks8", lambda u, v, bb: decode1(x, u, v, bb, oneshot=True, ks=8)[0], (U, V, b))
-        add_graphed_layers(impls, "atomic", lambda u, v, bb: decode2(x, u, v, bb)[0], (U, V, b))
-        add_graphed_layers(impls, "atomic_w8", lambda u, v, bb: decode2(x, u, v, bb, warps=8)[0], (U, V, b))
-        add_graphed_layers(impls, "atomic_ks8", lambda u, v, bb: decode2(x, u, v, bb, ks=8)[0], (U, V, b))
-        add_graphed_layers(impls, "atomic_br16", lambda u, v, bb: decode2(x, u, v, bb, BR=16, ks=8)[0], (U, V, b))
+        add_graphed_layers(impls, "one", lambda u, v, bb: barrier_decode(x, u, v, bb)[0], (U, V, b))
+        add_graphed_layers(impls, "one_shot", lambda u, v, bb: barrier_decode(x, u, v, bb, oneshot=True)[0], (U, V, b))
+        add_graphed_layers(impls, "one_shot_w8", lambda u, v, bb: barrier_decode(x, u, v, bb, oneshot=True, warps=8)[0], (U, V, b))
+        add_graphed_layers(impls, "one_shot_ks8", lambda u, v, bb: barrier_decode(x, u, v, bb, oneshot=True, ks=8)[0], (U, V, b))
+        add_graphed_layers(impls, "atomic", lambda u, v, bb: atomic_decode(x, u, v, bb)[0], (U, V, b))
+        add_graphed_layers(impls, "atomic_w8", lambda u, v, bb: atomic_decode(x, u, v, bb, warps=8)[0], (U, V, b))
+        add_graphed_layers(impls, "atomic_ks8", lambda u, v, bb: atomic_decode(x, u, v, bb, ks=8)[0], (U, V, b))
+        add_graphed_layers(impls, "atomic_br16", lambda u, v, bb: atomic_decode(x, u, v, bb, BR=16, ks=8)[0], (U, V, b))
         if m == 1:
             add_graphed_layers(impls, "empty", lambda u, v, bb: empty_kernel[(132,)](u), (U, V, b))
             add_graphed_layers(impls, "read1shot", lambda u, v, bb: read1_kernel[(128,)](v, u, scratch, v.numel() // 128, u.numel() // 128, BLOCK=v.numel() // 128, num_warps=8), (U, V, b))
