@@ -123,14 +123,18 @@ class _Setup:
         seg = self.ep if self.causal else 0
         return x, xz, self.g * self.ep, seg, self.g * self.ep, seg, 1
 
-    def state_sums(self, x):
-        """la_state_kernel: each segment's sums into x [B, Hkv, G, EP]."""
+    def state_sums(self, x, do=None, den=None, dl=None, scale=1.0):
+        """la_state_kernel: each segment's sums into x [B, Hkv, G, EP]; with grad_out `do`, the
+        backward's (sum qf^T g, sum qf r) per query head into x [B, H, G, EP]."""
         c, bt, launch, nt = self.state
-        K.la_state_kernel[(nt * self.g * self.b * self.hkv,)](
-            self.k, self.v, self.wc, self.ws, x,
-            self.hkv, self.n, *self.dims(), self.g, self.l, self.phi_kind, self.n_parts,
-            *_st(self.k), *_st(self.v), self.sw_b, self.ep,
-            C=c, BK=self.bk, BT=bt, PREC=self.prec, **launch)
+        grads = do is not None
+        keys, values, heads = (self.q, do, self.h) if grads else (self.k, self.v, self.hkv)
+        K.la_state_kernel[(nt * self.g * self.b * heads,)](
+            keys, values, self.wc, self.ws, x, self.dummy if den is None else den, self.dummy if dl is None else dl,
+            heads, self.n, *self.dims(), self.g, self.l, self.phi_kind, self.n_parts,
+            self.normalize if grads else 0, scale,
+            *_st(keys), *_st(values), self.sw_b, self.ep,
+            C=c, GRADS=int(grads), BK=self.bk, BT=bt, PREC=self.prec, **launch)
 
     def fwd_pass(self, o, states, scale, eps, sf=None, zf=None, write_final=False, den=None, dl=None):
         """la_fwd_kernel from forward_states' `states`: outputs into o, or with den and dl (the
@@ -196,26 +200,25 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
     do = _padded(dout, st.dvp, 0.0)
     states = st.forward_states(s0, z0)
     s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = states
-    nt_stats = st.nt if st.normalize else 0
     den, dl = st.dummy, st.dummy
     if st.normalize:
         den = torch.empty(st.b, st.h, st.n, dtype=torch.float32, device=dev)
         dl = torch.empty(st.b, st.h, st.nt, st.n, dtype=torch.float32, device=dev)
         st.fwd_pass(do, states, scale, eps, den=den, dl=dl)
+        if st.nt > 1:  # the shares per Dv tile summed by the scan (csrc sum_tile_shares)
+            total = torch.empty(st.b, st.h, st.n, dtype=torch.float32, device=dev)
+            K.la_scan_kernel[(triton.cdiv(st.n, SCAN_CONSTEXPRS["BE"]) * st.b * st.h,)](
+                dl, total, st.dummy, st.dummy, st.dummy, st.dummy, st.nt, st.n, st.n, 1, 2, 0, 0, 1, st.n, st.n,
+                **SCAN_CONSTEXPRS, num_warps=4, num_stages=2)
+            dl = total
     bkv = block_for(st.dtype, st.dvp)
     c2, bf, w2, s2 = VALUE_TILES[st.dtype, bkv]
     launch2 = dict(num_warps=w2, num_stages=s2)
     nf = triton.cdiv(st.dp, bf // st.n_parts)
     need_rseg = st.g > 1 or not st.causal or state_grad
-    rs = torch.empty(st.b, st.h, st.g, st.ep, dtype=torch.float32, device=dev) if need_rseg else st.dummy
-    dq = torch.empty(st.b, st.h, st.n, st.dp, dtype=q.dtype, device=dev)
-    K.la_bwd_dq_kernel[(nf * st.n_rep * st.g * st.b * st.hkv,)](
-        st.q, st.k, st.v, do, dq, st.wc, st.ws, s, z, den, dl, rs,
-        st.h, st.hkv, st.n, *st.dims(), st.g, st.l, nt_stats,
-        st.phi_kind, st.normalize, st.n_parts, has_s, int(need_rseg),
-        scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dq),
-        st.sw_b, ss_bh, ss_g, sz_bh, sz_g, st.ep,
-        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, **launch2)
+    if need_rseg:
+        rs = torch.empty(st.b, st.h, st.g, st.ep, dtype=torch.float32, device=dev)
+        st.state_sums(rs, do, den, dl, scale)
     ds0 = dz0 = None
     if state_grad:
         ds0 = torch.empty(st.b, st.hkv, st.f, st.dv, dtype=torch.float32, device=dev)
@@ -234,6 +237,14 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         r, rz, sr_bh, sr_g, srz_bh, srz_g, has_r = ds_fin, dz_fin, st.fd, 0, st.f, 0, 1
     else:
         r, rz, sr_bh, sr_g, srz_bh, srz_g, has_r = st.dummy, st.dummy, 0, 0, 0, 0, 0
+    dq = torch.empty(st.b, st.h, st.n, st.dp, dtype=q.dtype, device=dev)
+    K.la_bwd_dq_kernel[(nf * st.n_rep * st.g * st.b * st.hkv,)](
+        st.q, st.k, st.v, do, dq, st.wc, st.ws, s, z, den, dl,
+        st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
+        st.phi_kind, st.normalize, st.n_parts, has_s,
+        scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dq),
+        st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
+        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, **launch2)
     dk = torch.empty(st.b, st.hkv, st.n, st.dp, dtype=q.dtype, device=dev)
     dv = torch.empty(st.b, st.hkv, st.n, st.dvp, dtype=q.dtype, device=dev)
     c, bt, launch, nt = st.dvt
@@ -246,7 +257,7 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         C=c, CAUSAL=st.causal, BK=st.bk, BT=bt, PREC=st.prec, **launch)
     K.la_bwd_dk_kernel[(nf * st.g * st.b * st.hkv,)](
         st.q, st.k, st.v, do, dk, st.wc, st.ws, r, rz, den, dl,
-        st.h, st.hkv, st.n, *st.dims(), st.g, st.l, nt_stats,
+        st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
         st.phi_kind, st.normalize, st.n_parts, has_r,
         scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dk),
         st.sw_b, sr_bh, sr_g, srz_bh, srz_g,

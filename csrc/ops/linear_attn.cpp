@@ -334,7 +334,7 @@ int64_t pad16(int64_t x) {
 // The smallest feature block built for `dtype` tensors (spec.py BLOCKS) that holds `width` columns.
 int64_t block_for(at::ScalarType dtype, int64_t width) {
   for (int64_t b = 16; b <= kMaxHeadDim; b *= 2) {
-    if (b >= width && aot::la_state_built({dtype, b})) return b;
+    if (b >= width && aot::la_state_built({dtype, b, 0})) return b;
   }
   TORCH_CHECK_VALUE(false, "neuralops.linear_attn: ", width, " columns exceed the largest block");
 }
@@ -415,7 +415,7 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   p.v = kernel_input(v, p.dvp, 0.0);
   p.bk = block_for(p.dtype, sh.parts * p.dp);
   // Each Dv-tiled kernel has its own tiles (spec.py STATE_TILES, FWD_TILES, TILES).
-  const auto c_state = aot::la_state_constexprs({p.dtype, p.bk});
+  const auto c_state = aot::la_state_constexprs({p.dtype, p.bk, 0});
   const auto c_fwd = aot::la_fwd_constexprs({p.dtype, p.bk, causal});
   const auto c_dv = aot::la_bwd_dv_constexprs({p.dtype, p.bk, causal});
   p.nt_state = ceil_div(p.dvp, c_state.BT);
@@ -481,6 +481,18 @@ void scan(const Plan& p, const Tensor& x, const Tensor& y, int64_t n_grp, int64_
                tot_s != nullptr, 1, p.ep, y.size(2) * p.ep);
 }
 
+// dout_i . out_i from the stats pass's shares per Dv tile, dl [B, H, NT, N] -> [B, H, N]: the scan's
+// total over NT "segments" of N elements, so the backward's kernels read one value per row (a loop
+// over the shares in their chunk loops kept Triton from software-pipelining those).
+Tensor sum_tile_shares(const Tensor& dl, Launches& config) {
+  const int64_t bh = dl.size(0) * dl.size(1), nt = dl.size(2), n = dl.size(3);
+  Tensor total = at::empty({dl.size(0), dl.size(1), n}, dl.options());
+  const int64_t scan_block = aot::la_scan_constexprs({at::kFloat}).BE;
+  aot::la_scan({at::kFloat}, config(dl, ceil_div(n, scan_block) * bh, "linear_attn_bwd dl"), dl.const_data_ptr(),
+               total.mutable_data_ptr(), nullptr, nullptr, nullptr, nullptr, nt, n, n, 1, 2, 0, 0, 1, n, n);
+  return total;
+}
+
 // The state before each segment (causal) or the total (bidirectional); the initial state itself
 // when one causal segment needs no scan. `buffer` keeps the scan's output alive.
 Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0, const Tensor* tot_s,
@@ -494,10 +506,11 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
   }
   const Shape& sh = p.sh;
   buffer = at::empty({sh.b, sh.hkv, p.g, p.ep}, p.q.options().dtype(at::kFloat));
-  aot::la_state({p.dtype, p.bk}, config(p.q, p.nt_state * p.g * sh.b * sh.hkv, "linear_attn state"), p.k.const_data_ptr(),
-                p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), sh.hkv, sh.n, p.dp, p.dvp, sh.d,
-                sh.dv, p.g, p.l, p.phi.kind, sh.parts, st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
-                st(p.v, 2), p.w.stride_b, p.ep);
+  aot::la_state({p.dtype, p.bk, 0}, config(p.q, p.nt_state * p.g * sh.b * sh.hkv, "linear_attn state"),
+                p.k.const_data_ptr(), p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), nullptr,
+                nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, p.phi.kind, sh.parts, 0, 1.0f, st(p.k, 0),
+                st(p.k, 1),
+                st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
   scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
   const float* base = buffer.const_data_ptr<float>();
   const int64_t seg_g = p.causal ? p.ep : 0;
@@ -581,7 +594,6 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   Launches config;
   Tensor fwd_buffer;
   const Segments seg = forward_states(p, s0, z0, nullptr, nullptr, fwd_buffer, config);
-  const int64_t nt_stats = phi.normalize ? p.nt : 0;
   Tensor den, dl;
   if (phi.normalize) {
     den = at::empty({sh.b, sh.h, sh.n}, f32);
@@ -593,23 +605,26 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
                 static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
                 st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2),
                 p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+    if (p.nt > 1) {
+      dl = sum_tile_shares(dl, config);
+    }
   }
   const void* den_ptr = phi.normalize ? den.const_data_ptr() : nullptr;
   const void* dl_ptr = phi.normalize ? dl.const_data_ptr() : nullptr;
   const int64_t bkv = block_for(p.dtype, p.dvp);
   const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal}).BF;
   const int64_t nf = ceil_div(p.dp, bf / sh.parts);
+  // The reverse states: R (sum of qf^T g over later rows) and rho, per kv head and segment, from
+  // each segment's sums per query head (la_state in grads mode: q as the keys, grad_out as the values).
   const bool need_rseg = p.g > 1 || !causal || state_grad;
   const Tensor rs = need_rseg ? at::empty({sh.b, sh.h, p.g, p.ep}, f32) : Tensor();
-  Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
-  aot::la_bwd_dq({p.dtype, bkv, causal}, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
-                 p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(),
-                 p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, need_rseg ? rs.mutable_data_ptr() : nullptr, sh.h, sh.hkv,
-                 sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats, phi.kind, phi.normalize, sh.parts, seg.has,
-                 need_rseg, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1),
-                 st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0),
-                 st(dq, 1), st(dq, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g, p.ep);
-  // The reverse states: R (sum of qf^T g over later rows) and rho, per kv head and segment.
+  if (need_rseg) {
+    aot::la_state({p.dtype, p.bk, 1}, config(q, p.nt_state * p.g * sh.b * sh.h, "linear_attn_bwd segment sums"),
+                  p.q.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), rs.mutable_data_ptr(), den_ptr,
+                  dl_ptr, sh.h, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, p.phi.kind, sh.parts,
+                  phi.normalize, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(dout, 0),
+                  st(dout, 1), st(dout, 2), p.w.stride_b, p.ep);
+  }
   Segments rev;
   Tensor r_buffer;
   if (need_rseg) {
@@ -623,6 +638,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   } else if (dsf) {
     rev = {dsf->const_data_ptr(), dzf->const_data_ptr(), p.fd, 0, p.f, 0, 1};
   }
+  Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
+  aot::la_bwd_dq({p.dtype, bkv, causal}, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
+                 p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(),
+                 p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l,
+                 phi.kind, phi.normalize, sh.parts, seg.has, static_cast<float>(scale), st(p.q, 0),
+                 st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
+                 st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0), st(dq, 1), st(dq, 2), p.w.stride_b, seg.s_bh,
+                 seg.s_g, seg.z_bh, seg.z_g);
   Tensor dk = kernel_output(sh.b, sh.hkv, sh.n, p.dp, k);
   Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
   aot::la_bwd_dv({p.dtype, p.bk, causal}, config(q, p.nt_dv * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"),
@@ -634,7 +657,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   aot::la_bwd_dk({p.dtype, bkv, causal}, config(q, nf * p.g * sh.b * sh.hkv, "linear_attn_bwd dk"),
                  p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(),
                  dk.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, rev.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp,
-                 p.dvp, sh.d, sh.dv, p.g, p.l, nt_stats, phi.kind, phi.normalize, sh.parts, rev.has,
+                 p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, rev.has,
                  static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
                  st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dk, 0), st(dk, 1),
                  st(dk, 2), p.w.stride_b, rev.s_bh, rev.s_g, rev.z_bh, rev.z_g);

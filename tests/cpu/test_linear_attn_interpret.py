@@ -44,6 +44,8 @@ CASES = [
     (1, 2, 2, 37, 20, 24, torch.bfloat16, "elu+1", True, False, False, None, False),  # padded D, Dv (-inf fill)
     (1, 2, 1, 50, 16, 16, torch.bfloat16, "identity", False, False, False, None, False),
     (1, 2, 1, 40, 16, 16, torch.float32, "softmax_free", True, True, True, 16, False),  # fp32 variant, states
+    # Dv over three of the fp32 forward's 16-column tiles: the stats pass's shares of dout . out summed
+    (1, 2, 1, 45, 16, 40, torch.float32, "elu+1", True, False, False, 16, False),
     (2, 2, 2, 1, 16, 16, torch.float16, "elu+1", True, False, True, None, False),     # decode step
     # Cosformer at D = 48: the forward chunks by 32 rows, the backward's dq and dk kernels by 64,
     # so segments must hold whole chunks of both (a regression caught on the H200).
@@ -97,10 +99,7 @@ def test_state_kernel_matches_reference(cos):
     st = drv._Setup(k.repeat(1, 2, 1, 1), k, v, "elu+1", False, *(w or (None, None)), 1, 64)
     parts = 2 if cos else 1
     x = torch.full((b, hkv, st.g, st.ep), float("nan"))
-    c, bt, _, nt = st.state
-    K.la_state_kernel[(nt * st.g * b * hkv,)](
-        st.k, st.v, st.wc, st.ws, x, hkv, n, *st.dims(), st.g, st.l, 1, parts,
-        *drv._st(st.k), *drv._st(st.v), st.sw_b, st.ep, C=c, BK=st.bk, BT=bt, PREC=st.prec)
+    st.state_sums(x)
     ref_s, ref_z = K.state_reference(k, v, 1, w, st.l)
     f = parts * d
     assert rel_error(x[..., : f * dv].reshape(b, hkv, st.g, f, dv), ref_s) < 1e-4

@@ -54,9 +54,9 @@ Backward, with g_i = dout_i / den_i and r_i = -(dout_i . out_i) / den_i (g = dou
     dv_j  = sum_{i>=j} s_ij g_i   = triu(A)^T g + kf_j R                  (reverse order)
     R = dS_final + sum_{i later} qf_i^T g_i,  rho = dz_final + sum_{i later} qf_i r_i
 and dS0 = R, dz0 = rho over the whole sequence. ``la_fwd_kernel`` in stats mode gives den_i and
-dout_i . out_i, ``la_bwd_dq_kernel`` dq and each segment's sum of qf^T g (for the reverse scan),
-``la_bwd_dv_kernel`` and ``la_bwd_dk_kernel`` dv and dk, summing over the query heads of each kv
-head (GQA: K and V are never expanded). Each pass tiles its output: Dv-tiled passes hold all F
+dout_i . out_i, ``la_state_kernel`` in grads mode each segment's sums of qf^T g and qf r (the
+reverse scan's input), ``la_bwd_dq_kernel`` dq, ``la_bwd_dv_kernel`` and ``la_bwd_dk_kernel`` dv
+and dk, summing over the query heads of each kv head (GQA: K and V are never expanded). Each pass tiles its output: Dv-tiled passes hold all F
 features (the contraction of s_ij), dq and dk tiles of features hold all of Dv.
 
 Precision (spec.PRECISION). bf16 tensors use bf16 dot operands, the tensor cores' full rate: the
@@ -372,14 +372,15 @@ def _program(n_tiles, n_heads, G, HKV):
 
 
 @triton.jit
-def _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, NT, normalize):
-    """(1 / den_i, r_i = -(dout_i . out_i) / den_i) from the stats pass; (1, 0) unnormalized."""
+def _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, normalize):
+    """(1 / den_i, -(dout_i . out_i)) from the stats pass (dl [B, H, N]: its Dv tiles' shares
+    summed); (1, 0) unnormalized. The backward keeps 1 / den_i out of its tiles: g_i = dout_i / den_i
+    and r_i = -(dout_i . out_i) / den_i share it, so sums over i take it in the row multiplier of
+    qf_i (_features' `mult`, free), and dq's rows in their store; what remains is dout itself (exact
+    as an operand) and -(dout_i . out_i)."""
     m = (rows < N) & (normalize != 0)
     inv = 1.0 / tl.load(den_ptr + bh * N + rows, mask=m, other=1.0)
-    dot = tl.zeros(rows.shape, dtype=tl.float32)
-    for tt in range(NT):
-        dot += tl.load(dl_ptr + (bh * NT + tt) * N + rows, mask=m, other=0.0)
-    return inv, -dot * inv
+    return inv, -tl.load(dl_ptr + bh * N + rows, mask=m, other=0.0)
 
 
 # ---- forward: segment sums, scan, outputs --------------------------------------------------------
@@ -387,12 +388,18 @@ def _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, NT, normalize):
 
 @triton.jit
 def la_state_kernel(
-    k_ptr, v_ptr, wc_ptr, ws_ptr, x_ptr,
-    HKV, N, D, DV, DS, DVS, G, L, phi_kind, n_parts,
+    k_ptr, v_ptr, wc_ptr, ws_ptr, x_ptr, den_ptr, dl_ptr,
+    HKV, N, D, DV, DS, DVS, G, L, phi_kind, n_parts, normalize,
+    scale,
     sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sw_b, EP,
-    C: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+    C: tl.constexpr, GRADS: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
 ):
-    """x[b, hk, g] = (sum kf^T v, sum kf) over segment g. Grid: Dv tiles x G x B*Hkv (fastest first)."""
+    """x[b, hk, g] = (sum kf^T v, sum kf) over segment g (GRADS = 0: the forward; scale unused).
+
+    GRADS = 1 (backward): the same sums of the query side, (sum qf^T g, sum qf r) per query head
+    (k_ptr is q, v_ptr grad_out, HKV the number of query heads, den and dl from the stats pass):
+    the reverse scan's input. Grid: Dv tiles x G x B*Hkv (fastest first)."""
+    wait_for_primary()  # first: in the backward it reads the stats pass's den and dl
     t, _, g, bk, b, hk = _program(tl.cdiv(DV, BT), 1, G, HKV)
     kb = k_ptr + b * sk_b + hk * sk_h
     vb = v_ptr + b * sv_b + hk * sv_h
@@ -406,11 +413,20 @@ def la_state_kernel(
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + tl.arange(0, C)
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
-        kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BK), PREC)
+        if GRADS:  # qf_i / den_i as the features: v is grad_out, and z's row weights -(dout . out)
+            inv, ndl = _row_grad_scales(den_ptr, dl_ptr, bk.to(tl.int64), rows, N, normalize)
+            kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, scale * inv, 1, BK), PREC)
+        else:
+            kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BK), PREC)
         vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], v_ok[None, :])
         s = _mma(tl.trans(kf), vt, s, PREC)
         if PREC == 1:
-            zc = _mma(tl.trans(kf), ones_all, zc, PREC)
+            if GRADS:
+                zc = _mma(tl.trans(kf), _hi_lo_columns(ndl[:, None]), zc, PREC)
+            else:
+                zc = _mma(tl.trans(kf), ones_all, zc, PREC)
+        elif GRADS:
+            z += tl.sum(kf.to(tl.float32) * ndl[:, None], 0)
         else:
             z += tl.sum(kf.to(tl.float32), 0)
     if PREC == 1:
@@ -432,7 +448,8 @@ def la_scan_kernel(
     """Scan over the segments of x [B, HY * n_grp, G, EP], summing each group of n_grp heads:
     y[b, hy, g] = init + sum over g' < g (mode 0), g' > g (mode 1), or, in slot 0, all g' (mode 2).
     init is a state (S [B, HY, FD], z [B, HY, E - FD]); the total, init included, can be written to
-    another. Grid: cdiv(E, BE) x B*HY (fastest first); E = FD + F elements per state."""
+    another. The backward also sums the stats pass's shares of dout . out per Dv tile with it (mode
+    2, G = the tiles, FD = E = N). Grid: cdiv(E, BE) x B*HY (fastest first); E = FD + F elements per state."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
     pid = tl.program_id(0)
     ne = tl.cdiv(E, BE)
@@ -628,17 +645,17 @@ def la_decode_kernel(
 @triton.jit
 def la_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, wc_ptr, ws_ptr,
-    s_ptr, z_ptr, den_ptr, dl_ptr, rs_ptr,
-    H, HKV, N, D, DV, DS, DVS, G, L, NT,
-    phi_kind, normalize, n_parts, has_s, need_rseg,
+    s_ptr, z_ptr, den_ptr, dl_ptr,
+    H, HKV, N, D, DV, DS, DVS, G, L,
+    phi_kind, normalize, n_parts, has_s,
     scale,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdq_b, sdq_h, sdq_n,
-    sw_b, ss_bh, ss_g, sz_bh, sz_g, EP,
+    sw_b, ss_bh, ss_g, sz_bh, sz_g,
     C: tl.constexpr, CAUSAL: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
 ):
     """dq of segment g, query head h, feature tile ft (BF columns of F, all of Dv), in forward order
-    from the forward state (s, z)[b, hk, g]. need_rseg: also writes the segment's (sum qf^T g,
-    sum qf r) to rs[b, h, g] for the reverse scan.
+    from the forward state (s, z)[b, hk, g]. The reverse scan's segment sums come from
+    la_state_kernel (grads mode): here they cost a second [BF, Dv] fp32 accumulator, which spilled.
     Grid: feature tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
     hw = _half_width(BF, n_parts)
@@ -659,40 +676,23 @@ def la_bwd_dq_kernel(
     s = tl.load(s_ptr + bk.to(tl.int64) * ss_bh + g * ss_g + frow[:, None] * DVS + vc[None, :],
                 mask=st_mask & (has_s != 0), other=0.0)
     z = tl.load(z_ptr + bk.to(tl.int64) * sz_bh + g * sz_g + frow, mask=f_ok & (has_s != 0), other=0.0)
-    rs = tl.zeros((BF, BKV), dtype=tl.float32)
-    rho = tl.zeros((BF,), dtype=tl.float32)
-    if PREC == 1:
-        rho_c = tl.zeros((BF, SUM_W), dtype=tl.float32)
     ci = tl.arange(0, C)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + ci
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
         dout = _load_in(_row_ptrs(db, rows, N, sd_n) + vc[None, :], v_ok[None, :])
-        inv, rr = _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, NT, normalize)
-        gr = dout * inv[:, None]
+        inv, ndl = _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, normalize)
         kf = _features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, CAUSAL, BF)
         vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], (v_ok & (CAUSAL != 0))[None, :])
-        qf = _features(qb, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind, scale, need_rseg, BF)
-        gq = _mm_state(gr, tl.trans(s), PREC) + rr[:, None] * z[None, :]
+        # dqf_i / (1 / den_i): 1 / den_i goes into the store's row multiplier.
+        gq = _mm_state(dout, tl.trans(s), PREC) + ndl[:, None] * z[None, :]
         if CAUSAL:
-            ds = _mm(dout, tl.trans(vt), PREC) * inv[:, None] + rr[:, None]
+            ds = _mm(dout, tl.trans(vt), PREC) + ndl[:, None]
             ds = tl.where(ci[:, None] >= ci[None, :], ds, 0.0)
             gq += _mm(ds, kf, PREC)
             s += _mm(tl.trans(kf), vt, PREC)
             z += tl.sum(kf, 0)
-        if need_rseg != 0:
-            rs += _mm(tl.trans(qf), gr, PREC)
-            if PREC == 1:  # qf^T r as a dot (see SUM_W)
-                rho_c = _mma(tl.trans(qf), _hi_lo_columns(rr[:, None]), rho_c, PREC)
-            else:
-                rho += tl.sum(qf * rr[:, None], 0)
-        _store_feature_grad(gq, qb, dqb, rows, N, sq_n, sdq_n, d0, D, wc, ws, n_parts, phi_kind, scale, BF)
-    if PREC == 1:
-        rho = tl.sum(rho_c, 1)
-    base = rs_ptr + (bh * G + g) * EP
-    keep = need_rseg != 0
-    tl.store(base + frow[:, None] * DVS + vc[None, :], rs, mask=st_mask & keep)
-    tl.store(base + n_parts * DS * DVS + frow, rho, mask=f_ok & keep)
+        _store_feature_grad(gq, qb, dqb, rows, N, sq_n, sdq_n, d0, D, wc, ws, n_parts, phi_kind, scale * inv, BF)
     launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
 
@@ -727,20 +727,19 @@ def la_bwd_dv_kernel(
         rows = s0 + (n_ch - 1 - i) * C + ci
         r_ok = rows < N
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
-        kf = _features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BK)
+        kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BK), PREC)
         dv = _mm_state(kf, rt, PREC)
         for rep in range(n_rep * CAUSAL):
             h = hk * n_rep + rep
-            qf = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind,
-                           scale, 1, BK)
             dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
                             r_ok[:, None] & v_ok[None, :])
             inv = 1.0 / tl.load(den_ptr + (b * H + h) * N + rows, mask=r_ok & (normalize != 0), other=1.0)
-            gr = dout * inv[:, None]
-            at = _mm(kf, tl.trans(qf), PREC)
+            qg = _op(_features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind,
+                               scale * inv, 1, BK), PREC)  # qf_i / den_i: g_i's 1 / den_i moved to its rows
+            at = _mm(kf, tl.trans(qg), PREC)
             at = tl.where(ci[None, :] >= ci[:, None], at, 0.0)
-            dv += _mm(at, gr, PREC)
-            rt += _mm(tl.trans(qf), gr, PREC)
+            dv += _mm(at, dout, PREC)
+            rt += _mm(tl.trans(qg), dout, PREC)
         _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv, r_ok[:, None] & v_ok[None, :])
     launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
@@ -748,7 +747,7 @@ def la_bwd_dv_kernel(
 @triton.jit
 def la_bwd_dk_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, wc_ptr, ws_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
-    H, HKV, N, D, DV, DS, DVS, G, L, NT,
+    H, HKV, N, D, DV, DS, DVS, G, L,
     phi_kind, normalize, n_parts, has_r,
     scale,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdk_b, sdk_h, sdk_n,
@@ -782,19 +781,21 @@ def la_bwd_dk_kernel(
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
         vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :], r_ok[:, None] & v_ok[None, :])
         gk = _mm_state(vt, tl.trans(rt), PREC) + rho[None, :]
-        for rep in range(n_rep * CAUSAL):
+        # Not software-pipelined: its prefetch buffers spilled (184 bytes at D64); the chunk loop
+        # holding it is not pipelined either, since it holds a loop.
+        for rep in tl.range(n_rep * CAUSAL, num_stages=1):
             h = hk * n_rep + rep
-            qf = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind,
-                           scale, 1, BF)
+            inv, ndl = _row_grad_scales(den_ptr, dl_ptr, b * H + h, rows, N, normalize)
+            qg = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind,
+                           scale * inv, 1, BF)  # qf_i / den_i: ds_ij's 1 / den_i moved to its rows
             dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
                             r_ok[:, None] & v_ok[None, :])
-            inv, rr = _row_grad_scales(den_ptr, dl_ptr, b * H + h, rows, N, NT, normalize)
-            dst = _mm(vt, tl.trans(dout), PREC) * inv[None, :] + rr[None, :]
+            dst = _mm(vt, tl.trans(dout), PREC) + ndl[None, :]
             dst = tl.where(ci[None, :] >= ci[:, None], dst, 0.0)
-            gk += _mm(dst, qf, PREC)
-            rt += _mm(tl.trans(qf), dout * inv[:, None], PREC)
+            gk += _mm(dst, qg, PREC)
+            rt += _mm(tl.trans(qg), dout, PREC)
             if PREC == 1:  # qf^T r as a dot (see SUM_W)
-                rho += tl.sum(_mm(tl.trans(qf), _hi_lo_columns(rr[:, None]), PREC), 1)
+                rho += tl.sum(_mm(tl.trans(qg), _hi_lo_columns(ndl[:, None]), PREC), 1)
             else:
-                rho += tl.sum(qf * rr[:, None], 0)
+                rho += tl.sum(qg * ndl[:, None], 0)
         _store_feature_grad(gk, kb, dkb, rows, N, sk_n, sdk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, BF)

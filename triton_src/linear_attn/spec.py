@@ -4,9 +4,9 @@ Each kernel is keyed by dtype (bf16, fp16, fp32: the pointer types and the dot p
 PRECISION) and one block size: the padded contraction dimension that a program holds in full (all
 F = parts * D features for the Dv-tiled kernels, all of Dv for the dq/dk kernels): 64, 128 and 256
 for 16-bit tensors, 256 only for fp32 (tf32x3 dots, correctness rather than speed). The four
-kernels with a causal and a bidirectional mode also take it as a key. Everything else (phi,
-normalization, Cosformer, GQA, states, stats) is a run-time argument: (2 + 4 * 2) kernels * 7
-(dtype, block) pairs + the scan = 71 variants. The bf16 tiles of blocks 64 and 128 come from the
+kernels with a causal and a bidirectional mode also take it as a key, and the state pass its
+forward or backward mode (GRADS). Everything else (phi, normalization, Cosformer, GQA, states,
+stats) is a run-time argument: (1 + 5 * 2) kernels * 7 (dtype, block) pairs + the scan = 78 variants. The bf16 tiles of blocks 64 and 128 come from the
 H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state pass and the
 forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward BIDIR_FWD_TILES)
 and the spill counts of the 3.8 cubins
@@ -75,8 +75,9 @@ def _ptrs(ptr: str, *names: str) -> tuple:
 
 
 def _state_params(ptr: str) -> tuple:
-    return (*_ptrs(ptr, "k", "v"), *_W, ("x_ptr", _F32),
+    return (*_ptrs(ptr, "k", "v"), *_W, *_ptrs(_F32, "x", "den", "dl"),
             ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("phi_kind", _I), ("n_parts", _I),
+            ("normalize", _I), ("scale", "fp32"),
             *_strides("k", "v"), ("sw_b", "i64"), ("EP", "i64"))
 
 
@@ -92,12 +93,11 @@ def _fwd_params(ptr: str) -> tuple:
 
 def _dq_params(ptr: str) -> tuple:
     return (*_ptrs(ptr, "q", "k", "v", "do", "dq"), *_W,
-            *_ptrs(_F32, "s", "z", "den", "dl", "rs"),
-            ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("NT", _I),
-            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_s", _I),
-            ("need_rseg", _I), ("scale", "fp32"),
+            *_ptrs(_F32, "s", "z", "den", "dl"),
+            ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
+            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_s", _I), ("scale", "fp32"),
             *_strides("q", "k", "v", "do", "dq"),
-            ("sw_b", "i64"), ("ss_bh", "i64"), ("ss_g", "i64"), ("sz_bh", "i64"), ("sz_g", "i64"), ("EP", "i64"))
+            ("sw_b", "i64"), ("ss_bh", "i64"), ("ss_g", "i64"), ("sz_bh", "i64"), ("sz_g", "i64"))
 
 
 def _dv_params(ptr: str) -> tuple:
@@ -111,7 +111,7 @@ def _dv_params(ptr: str) -> tuple:
 
 def _dk_params(ptr: str) -> tuple:
     return (*_ptrs(ptr, "q", "k", "v", "do", "dk"), *_W, *_ptrs(_F32, "r", "rz", "den", "dl"),
-            ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("NT", _I),
+            ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
             ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_r", _I),
             ("scale", "fp32"),
             *_strides("q", "k", "v", "do", "dk"),
@@ -136,21 +136,22 @@ _SCAN_PARAMS = (
     ("write_y", _I), ("EP", "i64"), ("sy_bh", "i64"),
 )
 
-# kernel -> (parameters, name of the block key, name of the other tile's constexpr, tiles)
-# kernel -> (parameters, name of the block key, name of the other tile's constexpr, tiles, whether
-# causal is a key: compiled in rather than a run-time branch, it freed enough registers to cut the
-# 3.8 forward's spills at 128 features from 472 to 152 bytes per thread with 8 warps)
+# kernel -> (parameters, name of the block key, name of the other tile's constexpr, tiles, the mode
+# compiled in rather than a run-time branch: CAUSAL freed enough registers to cut the 3.8 forward's
+# spills at 128 features from 472 to 152 bytes per thread with 8 warps; GRADS keeps the backward's
+# row weights out of the forward's state pass: 104 against 138 registers, 555 against 710 SASS
+# instructions per chunk at 64 features)
 _KERNELS = {
-    "la_state": (_state_params, "BK", "BT", STATE_TILES, False),
-    "la_fwd": (_fwd_params, "BK", "BT", FWD_TILES, True),
-    "la_bwd_dq": (_dq_params, "BKV", "BF", VALUE_TILES, True),
-    "la_bwd_dv": (_dv_params, "BK", "BT", TILES, True),
-    "la_bwd_dk": (_dk_params, "BKV", "BF", VALUE_TILES, True),
+    "la_state": (_state_params, "BK", "BT", STATE_TILES, "GRADS"),
+    "la_fwd": (_fwd_params, "BK", "BT", FWD_TILES, "CAUSAL"),
+    "la_bwd_dq": (_dq_params, "BKV", "BF", VALUE_TILES, "CAUSAL"),
+    "la_bwd_dv": (_dv_params, "BK", "BT", TILES, "CAUSAL"),
+    "la_bwd_dk": (_dk_params, "BKV", "BF", VALUE_TILES, "CAUSAL"),
 }
 
 
 def _spec(name: str) -> KernelSpec:
-    params, block, other, tiles, causal_key = _KERNELS[name]
+    params, block, other, tiles, mode = _KERNELS[name]
 
     def tile(key: dict) -> tuple:
         table = fwd_tiles(key["CAUSAL"]) if name == "la_fwd" else tiles
@@ -158,11 +159,10 @@ def _spec(name: str) -> KernelSpec:
 
     def constexprs(key: dict) -> dict:
         c, t, _, _ = tile(key)
-        causal = {"CAUSAL": key["CAUSAL"]} if causal_key else {}
-        return {"C": c, block: key[block], other: t, "PREC": PRECISION[key["dtype"]], **causal}
+        return {"C": c, block: key[block], other: t, "PREC": PRECISION[key["dtype"]], mode: key[mode]}
 
     blocks = sorted({b for bs in BLOCKS.values() for b in bs})
-    keys = {"dtype": tuple(BLOCKS), block: tuple(blocks), **({"CAUSAL": (0, 1)} if causal_key else {})}
+    keys = {"dtype": tuple(BLOCKS), block: tuple(blocks), mode: (0, 1)}
     return KernelSpec(name=name, function=f"{name}_kernel", params=params("*{dtype}:16"), keys=keys,
                       constexprs=constexprs,
                       num_warps=lambda key: tile(key)[2], num_stages=lambda key: tile(key)[3],
