@@ -723,24 +723,32 @@ def la_bwd_dv_kernel(
     ci = tl.arange(0, C)
     s0 = g * L
     n_ch = tl.cdiv(tl.minimum(s0 + L, N) - s0, C)
-    for i in range(n_ch):
-        rows = s0 + (n_ch - 1 - i) * C + ci
+    reps = tl.maximum(n_rep * CAUSAL, 1)
+    dv = tl.zeros((C, BT), dtype=tl.float32)
+    # One loop over (chunk, query head of the group), not a loop over heads inside the chunk loop:
+    # Triton software-pipelines only loops that hold no loop. k's rows are read again for each head
+    # of a group (cache hits).
+    for it in range(n_ch * reps):
+        rep = it % reps
+        rows = s0 + (n_ch - 1 - it // reps) * C + ci
         r_ok = rows < N
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
         kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BK), PREC)
-        dv = _mm_state(kf, rt, PREC)
-        for rep in range(n_rep * CAUSAL):
-            h = hk * n_rep + rep
-            dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
-                            r_ok[:, None] & v_ok[None, :])
-            inv = 1.0 / tl.load(den_ptr + (b * H + h) * N + rows, mask=r_ok & (normalize != 0), other=1.0)
-            qg = _op(_features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind,
-                               scale * inv, 1, BK), PREC)  # qf_i / den_i: g_i's 1 / den_i moved to its rows
+        h = hk * n_rep + rep
+        dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
+                        r_ok[:, None] & (v_ok & (CAUSAL != 0))[None, :])
+        inv = 1.0 / tl.load(den_ptr + (b * H + h) * N + rows, mask=r_ok & (normalize * CAUSAL != 0), other=1.0)
+        qg = _op(_features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind,
+                           scale * inv, CAUSAL, BK), PREC)  # qf_i / den_i: g_i's 1 / den_i moved to its rows
+        if rep == 0:
+            dv = _mm_state(kf, rt, PREC)
+        if CAUSAL:
             at = _mm(kf, tl.trans(qg), PREC)
             at = tl.where(ci[None, :] >= ci[:, None], at, 0.0)
             dv += _mm(at, dout, PREC)
             rt += _mm(tl.trans(qg), dout, PREC)
-        _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv, r_ok[:, None] & v_ok[None, :])
+        _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv,
+                   r_ok[:, None] & v_ok[None, :] & (rep == reps - 1))
     launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
 
@@ -775,21 +783,24 @@ def la_bwd_dk_kernel(
     ci = tl.arange(0, C)
     s0 = g * L
     n_ch = tl.cdiv(tl.minimum(s0 + L, N) - s0, C)
-    for i in range(n_ch):
-        rows = s0 + (n_ch - 1 - i) * C + ci
+    reps = tl.maximum(n_rep * CAUSAL, 1)
+    gk = tl.zeros((C, BF), dtype=tl.float32)
+    # One loop over (chunk, query head of the group), as in la_bwd_dv_kernel (pipelined).
+    for it in range(n_ch * reps):
+        rep = it % reps
+        rows = s0 + (n_ch - 1 - it // reps) * C + ci
         r_ok = rows < N
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
         vt = _load_in(vb + rows[:, None].to(tl.int64) * sv_n + vc[None, :], r_ok[:, None] & v_ok[None, :])
-        gk = _mm_state(vt, tl.trans(rt), PREC) + rho[None, :]
-        # Not software-pipelined: its prefetch buffers spilled (184 bytes at D64); the chunk loop
-        # holding it is not pipelined either, since it holds a loop.
-        for rep in tl.range(n_rep * CAUSAL, num_stages=1):
-            h = hk * n_rep + rep
-            inv, ndl = _row_grad_scales(den_ptr, dl_ptr, b * H + h, rows, N, normalize)
-            qg = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind,
-                           scale * inv, 1, BF)  # qf_i / den_i: ds_ij's 1 / den_i moved to its rows
-            dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
-                            r_ok[:, None] & v_ok[None, :])
+        h = hk * n_rep + rep
+        inv, ndl = _row_grad_scales(den_ptr, dl_ptr, b * H + h, rows, N, normalize * CAUSAL)
+        qg = _features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind,
+                       scale * inv, CAUSAL, BF)  # qf_i / den_i: ds_ij's 1 / den_i moved to its rows
+        dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
+                        r_ok[:, None] & (v_ok & (CAUSAL != 0))[None, :])
+        if rep == 0:
+            gk = _mm_state(vt, tl.trans(rt), PREC) + rho[None, :]
+        if CAUSAL:
             dst = _mm(vt, tl.trans(dout), PREC) + ndl[None, :]
             dst = tl.where(ci[None, :] >= ci[:, None], dst, 0.0)
             gk += _mm(dst, qg, PREC)
@@ -798,4 +809,6 @@ def la_bwd_dk_kernel(
                 rho += tl.sum(_mm(tl.trans(qg), _hi_lo_columns(ndl[:, None]), PREC), 1)
             else:
                 rho += tl.sum(qg * ndl[:, None], 0)
-        _store_feature_grad(gk, kb, dkb, rows, N, sk_n, sdk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, BF)
+        # N = 0 stores nothing: the rows are stored after the group's last query head.
+        _store_feature_grad(gk, kb, dkb, rows, tl.where(rep == reps - 1, N, 0), sk_n, sdk_n, d0, D, wc, ws,
+                            n_parts, phi_kind, 1.0, BF)
