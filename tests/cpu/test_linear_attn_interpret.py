@@ -106,6 +106,27 @@ def test_state_kernel_matches_reference(cos):
     assert rel_error(x[..., f * dv: f * dv + f], ref_z) < 1e-6
 
 
+@pytest.mark.parametrize("cos", [False, True])
+def test_state_kernel_grads_mode_matches_reference(cos):
+    """GRADS mode: per query head and segment, (sum qf^T dout / den, sum qf (-dl) / den)."""
+    b, h, n, d, dv, scale = 2, 4, 100, 16, 20, 0.5
+    g = torch.Generator().manual_seed(3)
+    q, k, do = torch.randn(b, h, n, d, generator=g), torch.randn(b, 2, n, d, generator=g), torch.randn(b, h, n, dv, generator=g)
+    v = torch.randn(b, 2, n, dv, generator=g)
+    den, dl = torch.rand(b, h, n, generator=g) + 0.5, torch.randn(b, h, n, generator=g)
+    w = (torch.rand(b, n, generator=g), torch.rand(b, n, generator=g)) if cos else None
+    st = drv._Setup(q, k, v, "elu+1", True, *(w or (None, None)), 1, 64)
+    x = torch.full((b, h, st.g, st.ep), float("nan"))
+    st.state_sums(x, do, den, dl, scale)
+    qf = K.features_reference(q, 1, w, scale) / den.double()[..., None]
+    f = qf.shape[-1]
+    ref_s = torch.stack([torch.einsum("bhnf,bhne->bhfe", qf[:, :, a:a + st.l], do.double()[:, :, a:a + st.l])
+                         for a in range(0, n, st.l)], 2)
+    ref_z = torch.stack([(qf * -dl.double()[..., None])[:, :, a:a + st.l].sum(2) for a in range(0, n, st.l)], 2)
+    assert rel_error(x[..., : f * dv].reshape(b, h, st.g, f, dv), ref_s) < 1e-4
+    assert rel_error(x[..., f * dv: f * dv + f], ref_z) < 1e-5
+
+
 @pytest.mark.parametrize("mode,n_grp", [(0, 1), (1, 2), (2, 2), (2, 1)])
 def test_scan_kernel_matches_reference(mode, n_grp):
     b, hy, g, fd, f = 2, 2, 37, 300, 20  # G over two GB=16 blocks plus a partial one
