@@ -2,8 +2,10 @@
 
     python benchmarks/cubin_stats.py <AOT output dir> [name filter]
 
-For each cubin: registers per thread, stack bytes (spills land there), and how many warpgroup
-(HGMMA, sm_90) and warp-level (HMMA) matrix instructions its SASS holds, by operand type. Uses the
+For each cubin: registers per thread, stack bytes (spills land there), the instruction count of each
+loop (backward branches, outermost first: a chunk loop that holds another loop is not software-
+pipelined by Triton), and how many warpgroup (HGMMA, sm_90) and warp-level (HMMA) matrix
+instructions its SASS holds, by operand type. Uses the
 cuobjdump that ships with Triton.
 """
 
@@ -32,7 +34,19 @@ def stats(cubin: Path) -> str:
     for ins, n in mma.items():
         kinds[ins.split(".")[0] + "." + ins.split(".")[-1] if ins.startswith("HMMA") else ".".join(ins.split(".")[:2])] += n
     summary = " ".join(f"{k}x{v}" for k, v in sorted(kinds.items())) or "no mma"
-    return f"{cubin.stem:42s} reg {reg.group(1) if reg else '?':>3} stack {stack.group(1) if stack else '?':>4}  {summary}"
+    return (f"{cubin.stem:42s} reg {reg.group(1) if reg else '?':>3} stack {stack.group(1) if stack else '?':>4}  "
+            f"loops {loop_sizes(sass)}  {summary}")
+
+
+def loop_sizes(sass: str) -> list[int]:
+    """Instructions spanned by each backward branch, largest first."""
+    addrs = [int(m.group(1), 16) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+\S", sass)]
+    sizes = []
+    for m in re.finditer(r"/\*([0-9a-f]{4,})\*/[^\n]*?\bBRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)", sass):
+        at, target = int(m.group(1), 16), int(m.group(2), 16)
+        if target < at:
+            sizes.append(sum(1 for a in addrs if target <= a <= at))
+    return sorted(sizes, reverse=True)
 
 
 def main() -> None:

@@ -49,7 +49,10 @@ def fwd_tiles(causal: int) -> dict:
 # 16 rows at 256 for shared memory. (dq and dk spill less with 8 warps at 64, but measured slower on
 # the H200: fwd+bwd B4 H16 N4096 D64 1.04 against 0.83 ms with 4.)
 # At 64 features 2 stages: with its chunk loop pipelined, dk spilled 56 bytes with 3 (none with 2).
-VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 4, 2), ("bf16", 256): (16, 32, 4, 2), ("fp16", 256): (16, 32, 4, 2)}
+# At 256 one stage: with 2, ptxas left dk 32 registers and 2-3 KB of stack (bf16: 255 registers and
+# 704 bytes with one stage; fp16, tf32 operands, needs 8 warps too: 248 bytes, dq 80). fp32's dq and
+# dk still get 32 registers and 4-7 KB of stack (fp32 is there for accuracy).
+VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 4, 2), ("bf16", 256): (16, 32, 4, 1), ("fp16", 256): (16, 32, 8, 1)}
 BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
 # Dot operands: bf16 tensors use bf16 (the tensor cores' full rate; within the bf16 tolerance),
 # fp16 tensors tf32 (fp16 operands would overflow: S and z grow with N), fp32 tensors tf32x3.
