@@ -40,6 +40,12 @@ def test_spec_rejects_bad_declarations():
         toy_spec(keys={"dtype": ("int8",)})
 
 
+def test_max_stages_caps_the_pipeline_per_architecture():
+    v = toy_spec(num_stages=lambda key: 3, max_stages={100: 1}).variants()[0]
+    tasks = {arch: compiler.make_task("toy", ROOT / "triton_src" / "gqa", v, arch) for arch in (90, 100)}
+    assert (tasks[90].num_stages, tasks[100].num_stages) == (3, 1)
+
+
 def test_parse_archs():
     assert parse_archs("80;90") == [80, 90]
     assert parse_archs("sm_90a, 80") == [80, 90]

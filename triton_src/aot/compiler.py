@@ -83,7 +83,7 @@ def make_task(op: str, op_dir: Path, variant: Variant, arch: int) -> Task:
         params=tuple(variant.param_types()),
         constexprs=tuple(sorted(variant.constexprs().items())),
         num_warps=variant.num_warps(),
-        num_stages=variant.num_stages(),
+        num_stages=variant.num_stages(arch),
         arch=arch,
     )
 

@@ -65,8 +65,9 @@ class Variant:
     def num_warps(self) -> int:
         return _resolve(self.spec.num_warps, self.key_dict)
 
-    def num_stages(self) -> int:
-        return _resolve(self.spec.num_stages, self.key_dict)
+    def num_stages(self, arch: int) -> int:
+        stages = _resolve(self.spec.num_stages, self.key_dict)
+        return min(stages, self.spec.max_stages.get(arch, stages))
 
 
 def _resolve(value: int | Callable[[dict], int], key: dict) -> int:
@@ -83,6 +84,7 @@ class KernelSpec:
         or ``*fp32`` (a pointer), ``i32``, ``i64``, ``fp32`` or ``fp64``; ``{key}`` is substituted.
     keys: dispatch keys and the values to build.
     constexprs: the kernel's constexpr arguments for one key.
+    max_stages: per architecture, a ceiling on num_stages (a pipeline Triton cannot build there).
     """
 
     name: str
@@ -92,6 +94,7 @@ class KernelSpec:
     constexprs: Callable[[dict], Mapping[str, int]]
     num_warps: int | Callable[[dict], int] = 4
     num_stages: int | Callable[[dict], int] = 3
+    max_stages: Mapping[int, int] = field(default_factory=dict)
     aligned: tuple[str, ...] = ()
     include: Callable[[dict], bool] = field(default=lambda key: True)
 

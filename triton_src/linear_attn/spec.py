@@ -54,6 +54,9 @@ def fwd_tiles(causal: int) -> dict:
 # dk still get 32 registers and 4-7 KB of stack (fp32 is there for accuracy).
 VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 4, 2), ("bf16", 256): (16, 32, 4, 1), ("fp16", 256): (16, 32, 8, 1)}
 BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
+# Triton 3.8 cannot software-pipeline dv's and dk's loop for sm_100 (its pipeliner fails on the
+# dot under `if` that starts each chunk): one stage there.
+MAX_STAGES = {"la_bwd_dv": {100: 1}, "la_bwd_dk": {100: 1}}
 # Dot operands: bf16 tensors use bf16 (the tensor cores' full rate; within the bf16 tolerance),
 # fp16 tensors tf32 (fp16 operands would overflow: S and z grow with N), fp32 tensors tf32x3.
 PRECISION = {"bf16": 1, "fp16": 2, "fp32": 3}
@@ -170,6 +173,7 @@ def _spec(name: str) -> KernelSpec:
     return KernelSpec(name=name, function=f"{name}_kernel", params=params("*{dtype}:16"), keys=keys,
                       constexprs=constexprs,
                       num_warps=lambda key: tile(key)[2], num_stages=lambda key: tile(key)[3],
+                      max_stages=MAX_STAGES.get(name, {}),
                       include=lambda key: key[block] in BLOCKS[key["dtype"]])
 
 
