@@ -215,15 +215,13 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
     c2, bf, w2, s2 = VALUE_TILES[st.dtype, bkv]
     launch2 = dict(num_warps=w2, num_stages=s2)
     nf = triton.cdiv(st.dp, bf // st.n_parts)
-    need_rseg = st.g > 1 or not st.causal or state_grad
-    if need_rseg:
-        rs = torch.empty(st.b, st.h, st.g, st.ep, dtype=torch.float32, device=dev)
-        st.state_sums(rs, do, den, dl, scale)
     ds0 = dz0 = None
     if state_grad:
         ds0 = torch.empty(st.b, st.hkv, st.f, st.dv, dtype=torch.float32, device=dev)
         dz0 = torch.empty(st.b, st.hkv, st.f, dtype=torch.float32, device=dev)
-    if need_rseg:
+    if st.g > 1 or not st.causal or state_grad:  # the reverse states, as csrc
+        rs = torch.empty(st.b, st.h, st.g, st.ep, dtype=torch.float32, device=dev)
+        st.state_sums(rs, do, den, dl, scale)
         if st.n_rep == 1:
             ry = rs
         else:

@@ -615,19 +615,17 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal}).BF;
   const int64_t nf = ceil_div(p.dp, bf / sh.parts);
   // The reverse states: R (sum of qf^T g over later rows) and rho, per kv head and segment, from
-  // each segment's sums per query head (la_state in grads mode: q as the keys, grad_out as the values).
-  const bool need_rseg = p.g > 1 || !causal || state_grad;
-  const Tensor rs = need_rseg ? at::empty({sh.b, sh.h, p.g, p.ep}, f32) : Tensor();
-  if (need_rseg) {
+  // each segment's sums per query head (la_state in GRADS mode: q as the keys, grad_out as the
+  // values), scanned in reverse and summed over the query heads of each kv head.
+  Segments rev;
+  Tensor r_buffer;
+  if (p.g > 1 || !causal || state_grad) {
+    const Tensor rs = at::empty({sh.b, sh.h, p.g, p.ep}, f32);
     aot::la_state({p.dtype, p.bk, 1}, config(q, p.nt_state * p.g * sh.b * sh.h, "linear_attn_bwd segment sums"),
                   p.q.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), rs.mutable_data_ptr(), den_ptr,
                   dl_ptr, sh.h, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, p.phi.kind, sh.parts,
                   phi.normalize, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(dout, 0),
                   st(dout, 1), st(dout, 2), p.w.stride_b, p.ep);
-  }
-  Segments rev;
-  Tensor r_buffer;
-  if (need_rseg) {
     const int64_t n_rep = sh.h / sh.hkv;
     r_buffer = n_rep == 1 ? rs : at::empty({sh.b, sh.hkv, causal ? p.g : 1, p.ep}, f32);
     scan(p, rs, r_buffer, n_rep, causal ? 1 : 2, dsf, dzf, state_grad ? &ds0 : nullptr, state_grad ? &dz0 : nullptr,
