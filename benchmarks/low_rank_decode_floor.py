@@ -59,6 +59,16 @@ def _h_partial(t, x_rows, v_ptr, row_ok, K, R, k_split, n_rb, sv_r,
 
 
 @triton.jit
+def _wait_for(sync_ptr, count):
+    """Spins until the counter at sync_ptr reaches count, then acquires what the arrivals released."""
+    seen = tl.load(sync_ptr, volatile=True)
+    while seen < count:
+        seen = tl.load(sync_ptr, volatile=True)
+    tl.atomic_add(sync_ptr, 0, sem="acquire")
+    tl.debug_barrier()
+
+
+@triton.jit
 def barrier_decode_kernel(x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, h_ptr, part_ptr, sync_ptr,
                           M, K, R, N, k_split, n_ksplit, has_bias,
                           sx_m, sv_r, su_n, sy_m, sh_m,
@@ -98,11 +108,7 @@ def barrier_decode_kernel(x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, h_ptr, part_ptr,
             tl.debug_barrier()
             tl.atomic_add(sync_ptr, 1, sem="release")
     # grid barrier: wait until every R block of h is written; the last program through resets
-    seen = tl.load(sync_ptr, volatile=True)
-    while seen < n_rb:
-        seen = tl.load(sync_ptr, volatile=True)
-    seen = tl.atomic_add(sync_ptr, 0, sem="acquire")
-    tl.debug_barrier()
+    _wait_for(sync_ptr, n_rb)
     left = tl.atomic_add(sync_ptr + 1, 1, sem="relaxed")
     if left == G - 1:
         tl.atomic_xchg(sync_ptr, 0, sem="relaxed")
@@ -153,11 +159,7 @@ def atomic_decode_kernel(x_ptr, v_ptr, u_ptr, bias_ptr, y_ptr, acc_ptr, sync_ptr
                       sem="relaxed")
         tl.debug_barrier()
         tl.atomic_add(sync_ptr, 1, sem="release")
-    seen = tl.load(sync_ptr, volatile=True)
-    while seen < a_tiles:
-        seen = tl.load(sync_ptr, volatile=True)
-    seen = tl.atomic_add(sync_ptr, 0, sem="acquire")
-    tl.debug_barrier()
+    _wait_for(sync_ptr, a_tiles)
     rc = tl.arange(0, BLOCK_RU)
     h_tile = acc_ptr + (rows * R)[:, None] + rc[None, :]
     h_ok = row_ok[:, None] & (rc[None, :] < R)
