@@ -153,13 +153,16 @@ class _Setup:
             C=c, CAUSAL=self.causal, BK=self.bk, BT=bt, PREC=self.prec, **launch)
 
     def scan(self, x, y, n_grp, mode, init_s, init_z, tot_s, tot_z, bh):
-        grid = (triton.cdiv(self.e, SCAN_CONSTEXPRS["BE"]) * bh,)
-        sy_bh = y.shape[2] * self.ep
-        K.la_scan_kernel[grid](
-            x, y, init_s if init_s is not None else self.dummy, init_z if init_z is not None else self.dummy,
-            tot_s if tot_s is not None else self.dummy, tot_z if tot_z is not None else self.dummy,
-            self.g, self.fd, self.e, n_grp, mode, int(init_s is not None), int(tot_s is not None), 1,
-            self.ep, sy_bh, **SCAN_CONSTEXPRS, num_warps=4, num_stages=2)
+        _launch_scan(x, y, bh, self.g, self.fd, self.e, self.ep, y.shape[2] * self.ep, n_grp, mode,
+                     init_s, init_z, tot_s, tot_z, self.dummy)
+
+
+def _launch_scan(x, y, bh, g, fd, e, ep, sy_bh, n_grp, mode, init_s, init_z, tot_s, tot_z, dummy):
+    """la_scan_kernel as csrc's launch_scan: x [bh * n_grp, g, ep] (g segments of e elements)."""
+    K.la_scan_kernel[(triton.cdiv(e, SCAN_CONSTEXPRS["BE"]) * bh,)](
+        x, y, *(t if t is not None else dummy for t in (init_s, init_z, tot_s, tot_z)),
+        g, fd, e, n_grp, mode, int(init_s is not None), int(tot_s is not None), 1,
+        ep, sy_bh, **SCAN_CONSTEXPRS, num_warps=4, num_stages=2)
 
 
 def _unpad(t: torch.Tensor, width: int) -> torch.Tensor:
@@ -207,9 +210,7 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         st.fwd_pass(do, states, scale, eps, den=den, dl=dl)
         if st.nt > 1:  # the shares per Dv tile summed by the scan (csrc sum_tile_shares)
             total = torch.empty(st.b, st.h, st.n, dtype=torch.float32, device=dev)
-            K.la_scan_kernel[(triton.cdiv(st.n, SCAN_CONSTEXPRS["BE"]) * st.b * st.h,)](
-                dl, total, st.dummy, st.dummy, st.dummy, st.dummy, st.nt, st.n, st.n, 1, 2, 0, 0, 1, st.n, st.n,
-                **SCAN_CONSTEXPRS, num_warps=4, num_stages=2)
+            _launch_scan(dl, total, st.b * st.h, st.nt, st.n, st.n, st.n, st.n, 1, 2, None, None, None, None, st.dummy)
             dl = total
     bkv = block_for(st.dtype, st.dvp)
     c2, bf, w2, s2 = VALUE_TILES[st.dtype, bkv]

@@ -469,27 +469,33 @@ int64_t st(const Tensor& t, int64_t dim) {
   return kernel_stride(t, dim);
 }
 
+// la_scan_kernel over x [bh * n_grp, g, ep] (g segments of e elements, the first fd of them S's)
+// into y, bh * cdiv(e, BE) programs.
+void launch_scan(const Tensor& x, const Tensor& y, int64_t bh, int64_t g, int64_t fd, int64_t e, int64_t ep,
+                 int64_t sy_bh, int64_t n_grp, int64_t mode, const OptTensor& init_s, const OptTensor& init_z,
+                 const Tensor* tot_s, const Tensor* tot_z, Launches& config, const char* what) {
+  const int64_t scan_block = aot::la_scan_constexprs({at::kFloat}).BE;
+  aot::la_scan({at::kFloat}, config(x, ceil_div(e, scan_block) * bh, what), x.const_data_ptr(), y.mutable_data_ptr(),
+               init_s ? init_s->const_data_ptr() : nullptr, init_z ? init_z->const_data_ptr() : nullptr,
+               tot_s ? tot_s->mutable_data_ptr() : nullptr, tot_z ? tot_z->mutable_data_ptr() : nullptr, g, fd, e,
+               n_grp, mode, init_s.has_value(), tot_s != nullptr, 1, ep, sy_bh);
+}
+
 // Segment scan over x [B, HY * n_grp, G, EP] (see la_scan_kernel).
 void scan(const Plan& p, const Tensor& x, const Tensor& y, int64_t n_grp, int64_t mode, const OptTensor& init_s,
           const OptTensor& init_z, const Tensor* tot_s, const Tensor* tot_z, Launches& config) {
-  const int64_t bh = p.sh.b * p.sh.hkv;
-  const int64_t scan_block = aot::la_scan_constexprs({at::kFloat}).BE;
-  aot::la_scan({at::kFloat}, config(x, ceil_div(p.e, scan_block) * bh, "linear_attn scan"), x.const_data_ptr(),
-               y.mutable_data_ptr(), init_s ? init_s->const_data_ptr() : nullptr,
-               init_z ? init_z->const_data_ptr() : nullptr, tot_s ? tot_s->mutable_data_ptr() : nullptr,
-               tot_z ? tot_z->mutable_data_ptr() : nullptr, p.g, p.fd, p.e, n_grp, mode, init_s.has_value(),
-               tot_s != nullptr, 1, p.ep, y.size(2) * p.ep);
+  launch_scan(x, y, p.sh.b * p.sh.hkv, p.g, p.fd, p.e, p.ep, y.size(2) * p.ep, n_grp, mode, init_s, init_z, tot_s,
+              tot_z, config, "linear_attn scan");
 }
 
 // dout_i . out_i from the stats pass's shares per Dv tile, dl [B, H, NT, N] -> [B, H, N]: the scan's
 // total over NT "segments" of N elements, so the backward's kernels read one value per row (a loop
 // over the shares in their chunk loops kept Triton from software-pipelining those).
 Tensor sum_tile_shares(const Tensor& dl, Launches& config) {
-  const int64_t bh = dl.size(0) * dl.size(1), nt = dl.size(2), n = dl.size(3);
+  const int64_t n = dl.size(3);
   Tensor total = at::empty({dl.size(0), dl.size(1), n}, dl.options());
-  const int64_t scan_block = aot::la_scan_constexprs({at::kFloat}).BE;
-  aot::la_scan({at::kFloat}, config(dl, ceil_div(n, scan_block) * bh, "linear_attn_bwd dl"), dl.const_data_ptr(),
-               total.mutable_data_ptr(), nullptr, nullptr, nullptr, nullptr, nt, n, n, 1, 2, 0, 0, 1, n, n);
+  launch_scan(dl, total, dl.size(0) * dl.size(1), dl.size(2), n, n, n, n, 1, 2, std::nullopt, std::nullopt, nullptr,
+              nullptr, config, "linear_attn_bwd dl");
   return total;
 }
 
@@ -509,8 +515,7 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
   aot::la_state({p.dtype, p.bk, 0}, config(p.q, p.nt_state * p.g * sh.b * sh.hkv, "linear_attn state"),
                 p.k.const_data_ptr(), p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), nullptr,
                 nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, p.phi.kind, sh.parts, 0, 1.0f, st(p.k, 0),
-                st(p.k, 1),
-                st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
+                st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
   scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
   const float* base = buffer.const_data_ptr<float>();
   const int64_t seg_g = p.causal ? p.ep : 0;

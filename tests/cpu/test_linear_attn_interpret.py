@@ -136,8 +136,7 @@ def test_scan_kernel_matches_reference(mode, n_grp):
     init_s, init_z = torch.randn(b, hy, fd), torch.randn(b, hy, f)
     y = torch.full((b, hy, 1 if mode == 2 else g, ep), float("nan"))
     tot_s, tot_z = torch.empty(b, hy, fd), torch.empty(b, hy, f)
-    K.la_scan_kernel[(triton.cdiv(e, 256) * b * hy,)](
-        x, y, init_s, init_z, tot_s, tot_z, g, fd, e, n_grp, mode, 1, 1, 1, ep, y.shape[2] * ep, BE=256, GB=16)
+    drv._launch_scan(x, y, b * hy, g, fd, e, ep, y.shape[2] * ep, n_grp, mode, init_s, init_z, tot_s, tot_z, None)
     init = torch.cat([init_s, init_z], -1)
     ref = K.scan_reference(x[..., :e], init, mode, n_grp)
     torch.testing.assert_close(y[..., :e].double(), ref, rtol=1e-5, atol=1e-4)
