@@ -54,10 +54,11 @@ Backward, with g_i = dout_i / den_i and r_i = -(dout_i . out_i) / den_i (g = dou
     dv_j  = sum_{i>=j} s_ij g_i   = triu(A)^T g + kf_j R                  (reverse order)
     R = dS_final + sum_{i later} qf_i^T g_i,  rho = dz_final + sum_{i later} qf_i r_i
 and dS0 = R, dz0 = rho over the whole sequence. ``la_fwd_kernel`` in stats mode gives den_i and
-dout_i . out_i, ``la_state_kernel`` in grads mode each segment's sums of qf^T g and qf r (the
+dout_i . out_i, ``la_state_kernel`` in GRADS mode each segment's sums of qf^T g and qf r (the
 reverse scan's input), ``la_bwd_dq_kernel`` dq, ``la_bwd_dv_kernel`` and ``la_bwd_dk_kernel`` dv
-and dk, summing over the query heads of each kv head (GQA: K and V are never expanded). Each pass tiles its output: Dv-tiled passes hold all F
-features (the contraction of s_ij), dq and dk tiles of features hold all of Dv.
+and dk, summing over the query heads of each kv head (GQA: K and V are never expanded). Each pass
+tiles its output: Dv-tiled passes hold all F features (the contraction of s_ij), dq and dk tiles of
+features hold all of Dv.
 
 Precision (spec.PRECISION). bf16 tensors use bf16 dot operands, the tensor cores' full rate: the
 features, A, v, g and dout round to bf16, and a running state enters its dots as a hi + lo pair of

@@ -6,11 +6,11 @@ F = parts * D features for the Dv-tiled kernels, all of Dv for the dq/dk kernels
 for 16-bit tensors, 256 only for fp32 (tf32x3 dots, correctness rather than speed). The four
 kernels with a causal and a bidirectional mode also take it as a key, and the state pass its
 forward or backward mode (GRADS). Everything else (phi, normalization, Cosformer, GQA, states,
-stats) is a run-time argument: (1 + 5 * 2) kernels * 7 (dtype, block) pairs + the scan = 78 variants. The bf16 tiles of blocks 64 and 128 come from the
-H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state pass and the
-forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward BIDIR_FWD_TILES)
-and the spill counts of the 3.8 cubins
-(benchmarks/cubin_stats.py: 8 warps at 128 features); the others keep the running
+stats) is a run-time argument: (1 + 5 * 2) kernels * 7 (dtype, block) pairs + the scan = 78
+variants. The bf16 tiles of blocks 64 and 128 come from the H200 sweeps
+(benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state pass and the forward have
+their own, STATE_TILES and FWD_TILES, and the bidirectional forward BIDIR_FWD_TILES) and the spill
+counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128 features); the others keep the running
 state at most 32 KB of registers per program and shared memory under 99 KB (the opt-in limit of
 sm_86, sm_89 and sm_120, which also run the sm_80 cubins).
 
@@ -46,6 +46,8 @@ BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 64, 4, 3)}
 
 def fwd_tiles(causal: int) -> dict:
     return FWD_TILES if causal else BIDIR_FWD_TILES
+
+
 # 16 rows at 256 for shared memory. (dq and dk spill less with 8 warps at 64, but measured slower on
 # the H200: fwd+bwd B4 H16 N4096 D64 1.04 against 0.83 ms with 4.)
 # At 64 features 2 stages: with its chunk loop pipelined, dk spilled 56 bytes with 3 (none with 2).
@@ -143,17 +145,18 @@ _SCAN_PARAMS = (
     ("write_y", _I), ("EP", "i64"), ("sy_bh", "i64"),
 )
 
-# kernel -> (parameters, name of the block key, name of the other tile's constexpr, tiles, the mode
+# kernel -> (parameters, name of the block key, name of the other tile's constexpr, the tiles for a
+# key (the forward's depend on its mode), the mode
 # compiled in rather than a run-time branch: CAUSAL freed enough registers to cut the 3.8 forward's
 # spills at 128 features from 472 to 152 bytes per thread with 8 warps; GRADS keeps the backward's
 # row weights out of the forward's state pass: 104 against 138 registers, 555 against 710 SASS
 # instructions per chunk at 64 features)
 _KERNELS = {
-    "la_state": (_state_params, "BK", "BT", STATE_TILES, "GRADS"),
-    "la_fwd": (_fwd_params, "BK", "BT", FWD_TILES, "CAUSAL"),
-    "la_bwd_dq": (_dq_params, "BKV", "BF", VALUE_TILES, "CAUSAL"),
-    "la_bwd_dv": (_dv_params, "BK", "BT", TILES, "CAUSAL"),
-    "la_bwd_dk": (_dk_params, "BKV", "BF", VALUE_TILES, "CAUSAL"),
+    "la_state": (_state_params, "BK", "BT", lambda key: STATE_TILES, "GRADS"),
+    "la_fwd": (_fwd_params, "BK", "BT", lambda key: fwd_tiles(key["CAUSAL"]), "CAUSAL"),
+    "la_bwd_dq": (_dq_params, "BKV", "BF", lambda key: VALUE_TILES, "CAUSAL"),
+    "la_bwd_dv": (_dv_params, "BK", "BT", lambda key: TILES, "CAUSAL"),
+    "la_bwd_dk": (_dk_params, "BKV", "BF", lambda key: VALUE_TILES, "CAUSAL"),
 }
 
 
@@ -161,8 +164,7 @@ def _spec(name: str) -> KernelSpec:
     params, block, other, tiles, mode = _KERNELS[name]
 
     def tile(key: dict) -> tuple:
-        table = fwd_tiles(key["CAUSAL"]) if name == "la_fwd" else tiles
-        return table[key["dtype"], key[block]]
+        return tiles(key)[key["dtype"], key[block]]
 
     def constexprs(key: dict) -> dict:
         c, t, _, _ = tile(key)
