@@ -34,12 +34,18 @@ _ENV_KEY = os.environ.encodekey(_DISABLE_VAR) if _ENV_DATA is not None else None
 _ENV_OFF = (os.environ.encodevalue(""), os.environ.encodevalue("0")) if _ENV_DATA is not None else ("", "0")
 
 
+def _env_disables() -> bool:
+    if _ENV_DATA is not None:
+        return _ENV_DATA.get(_ENV_KEY, _ENV_OFF[1]) not in _ENV_OFF
+    return os.environ.get(_DISABLE_VAR, "0") not in ("", "0")
+
+
 def kernels_disabled() -> bool:
     """Whether ``NEURALOPS_DISABLE_KERNELS`` is set (to anything but "" or "0"): every op then runs its
     PyTorch fallback. Read on every call, so it can be set or cleared at run time."""
-    if _ENV_DATA is not None and not torch.compiler.is_compiling():
-        return _ENV_DATA.get(_ENV_KEY, _ENV_OFF[1]) not in _ENV_OFF
-    return os.environ.get(_DISABLE_VAR, "0") not in ("", "0")
+    if torch.compiler.is_compiling():
+        return os.environ.get(_DISABLE_VAR, "0") not in ("", "0")
+    return _env_disables()
 
 
 def select_arch(archs: tuple[int, ...], cc: int) -> int:
@@ -73,11 +79,14 @@ def kernels_ready(tensor: torch.Tensor) -> bool:
     """check_triton_suitability's checks short of the op's own limits, as one bool, for the ops'
     per-call path: kernels not disabled, a CUDA tensor of a kernel dtype, the library loaded, a cubin
     for the device (looked up once per device)."""
-    if not (tensor.is_cuda and _library.LOADED and tensor.dtype in KERNEL_DTYPES) or kernels_disabled():
+    if not (tensor.is_cuda and _library.LOADED and tensor.dtype in KERNEL_DTYPES):
+        return False
+    # One is_compiling() per call: it costs as much as the rest of this function.
+    if torch.compiler.is_compiling():
+        return not kernels_disabled() and device_arch(tensor.get_device()) >= 0
+    if _env_disables():
         return False
     index = tensor.get_device()
-    if torch.compiler.is_compiling():
-        return device_arch(index) >= 0
     ready = _DEVICE_READY.get(index)
     if ready is None:
         ready = _DEVICE_READY[index] = device_arch(index) >= 0

@@ -277,9 +277,13 @@ def test_limits_name_the_reason():
     assert "value head dim" in la._limits(head_dim=64, value_dim=300)
 
 
-@pytest.mark.parametrize("call", ["api", "op"])
-def test_bad_inputs_get_clear_errors(library_loaded, call):
+@pytest.mark.parametrize("call", ["api", "op", "api_to_op"])
+def test_bad_inputs_get_clear_errors(library_loaded, call, monkeypatch):
     q, k, v = make(1, 4, 2, 6, 8, 5)
+    if call == "api_to_op":
+        # The API's kernel route leaves most checks to the op (on CPU here): the same errors.
+        monkeypatch.setattr(la, "kernels_ready", lambda t: True)
+        call = "api"
 
     def run(q=q, k=k, v=v, phi="elu+1", cos=None, sin=None, s0=None, z0=None):
         if call == "api":

@@ -162,7 +162,7 @@ class RecordOps(TorchDispatchMode):
 
 
 def test_api_keeps_hidden_only_when_grad_is_needed(library_loaded, monkeypatch):
-    monkeypatch.setattr(low_rank, "is_supported", lambda *a, **k: True)  # the op path, on CPU
+    monkeypatch.setattr(low_rank, "kernels_ready", lambda t: True)  # the op path, on CPU
     x, U, V, b = make((3,), 8, 4, 6)
     with RecordOps() as rec:
         low_rank.fwd(x, U, V, b)
@@ -204,6 +204,23 @@ def test_api_keeps_hidden_only_when_grad_is_needed(library_loaded, monkeypatch):
      r"hidden must have shape \[..., rank\] = \[2, 3, 4\]"),
 ])
 def test_bad_inputs_get_clear_errors(library_loaded, call, error, match):
+    x, U, V, b = make((2, 3), 8, 4, 6)
+    with pytest.raises(error, match=match):
+        call(x, U, V, b)
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda x, U, V, b: low_rank.fwd(x, U, V.T, b), ValueError, r"V must have shape \[rank, in_features\]"),
+    (lambda x, U, V, b: low_rank.fwd(x, U.T, V, b), ValueError, r"U must have shape \[out_features, rank\]"),
+    (lambda x, U, V, b: low_rank.fwd(x, U, V, b[:-1]), ValueError, r"bias must have shape \[out_features\] = \[6\]"),
+    (lambda x, U, V, b: low_rank.fwd(x, U, V[None], b), ValueError, r"V must be 2-D \[rank, in_features\]"),
+    (lambda x, U, V, b: low_rank.fwd(x[0, 0, 0], U, V, b), ValueError, "got a 0-d tensor"),
+    (lambda x, U, V, b: low_rank.fwd(x, U.double(), V, b), TypeError, "U has dtype"),
+    (lambda x, U, V, b: low_rank.fwd(x, U, V, b.numpy()), TypeError, "bias must be a torch.Tensor"),
+])
+def test_bad_inputs_on_the_kernel_route_get_clear_errors(library_loaded, monkeypatch, call, error, match):
+    # fwd's kernel route leaves these checks to the op (on CPU here).
+    monkeypatch.setattr(low_rank, "kernels_ready", lambda t: True)
     x, U, V, b = make((2, 3), 8, 4, 6)
     with pytest.raises(error, match=match):
         call(x, U, V, b)
