@@ -10,7 +10,7 @@ import torch
 
 import neuralops
 from neuralops import _library
-from neuralops.core.suitability import select_arch
+from neuralops.core.suitability import select_arch, sizes_fit_int32
 from triton_src.aot.__main__ import OPTIONAL_ARCHS, REQUIRED_ARCHS, discover_ops, parse_archs
 
 
@@ -60,3 +60,10 @@ def test_arch_selection_agrees_with_the_runtime(library_loaded):
     assert select_arch((80, 90), 90) == 90
     assert select_arch((80, 90), 100) == -1   # sm_90a cubins do not run on Blackwell
     assert select_arch((80, 90), 75) == -1
+
+
+def test_sizes_fit_int32_is_sufficient_only():
+    assert sizes_fit_int32(torch.empty(3, 4), torch.empty(1))
+    # A zero-size tensor says nothing about its other sizes: the ops then take their exact test.
+    assert not sizes_fit_int32(torch.empty(3, 4), torch.empty(0, 5))
+    assert not sizes_fit_int32(torch.empty(1), torch.empty(1), torch.empty(2**31, dtype=torch.uint8, device="meta"))

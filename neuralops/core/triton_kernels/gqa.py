@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from neuralops import _library
-from neuralops.core.suitability import KERNEL_DTYPES, kernels_ready, register_op_limits
+from neuralops.core.suitability import KERNEL_DTYPES, kernels_ready, register_op_limits, sizes_fit_int32
 
 register_op_limits("gqa", lambda **_: None)
 
@@ -99,16 +99,13 @@ def is_supported(k: torch.Tensor, v: torch.Tensor, num_kv_heads: int, num_heads:
 
 def _on_kernels(a: Any, b: Any, num_kv_heads: Any, num_heads: Any) -> bool:
     """fwd's and bwd's per-call test: ``is_supported`` less the checks the op makes itself (ranks,
-    head counts and devices), which raise the fallback's exception types naming the same argument.
-    Every call runs it, and each tensor attribute read costs about 0.1 us on the CPU machine and
-    three times that on the GPU hosts."""
+    head counts and devices), which raise the fallback's exception types naming the same argument
+    (see neuralops.core.suitability on the per-call path)."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or not kernels_ready(a):
         return False
     if b.dtype not in KERNEL_DTYPES or not (isinstance(num_kv_heads, int) and isinstance(num_heads, int)):
         return False
-    # No size can pass 32 bits while the element counts and num_heads stay below it, except beside a
-    # zero-size dimension: those take the exact test.
-    if 0 < a.numel() < 2**31 and 0 < b.numel() < 2**31 and num_heads < 2**31:
+    if sizes_fit_int32(a, b) and num_heads < 2**31:
         return True
     return is_supported(a, b, num_kv_heads, num_heads)
 
@@ -121,11 +118,8 @@ def fwd(
     With ``num_kv_heads == num_heads`` the inputs are returned as they are.
     """
     _check_kwargs(kwargs, "fwd")
-    if num_kv_heads != num_heads and _on_kernels(k, v, num_kv_heads, num_heads):
-        return _OPS["gqa_fwd"](k, v, num_kv_heads, num_heads)
-    _check_heads(num_kv_heads, num_heads)
-    _check_pair(k, v, num_kv_heads, ("k", "v"), "num_kv_heads")
-    return (k, v) if num_kv_heads == num_heads else gqa_pytorch_fallback(k, v, num_kv_heads, num_heads)
+    return _dispatch(k, v, num_kv_heads, num_heads, "gqa_fwd", ("k", "v"), num_kv_heads, "num_kv_heads",
+                     gqa_pytorch_fallback)
 
 
 def bwd(
@@ -133,13 +127,20 @@ def bwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backward entrypoint: reduces expanded gradients back to num_kv_heads."""
     _check_kwargs(kwargs, "bwd")
-    if num_kv_heads != num_heads and _on_kernels(grad_k, grad_v, num_kv_heads, num_heads):
-        return _OPS["gqa_bwd"](grad_k, grad_v, num_kv_heads, num_heads)
+    return _dispatch(grad_k, grad_v, num_kv_heads, num_heads, "gqa_bwd", ("grad_k", "grad_v"), num_heads,
+                     "num_heads", gqa_bwd_pytorch_fallback)
+
+
+def _dispatch(a, b, num_kv_heads, num_heads, op_name, names, heads, heads_name, fallback):
+    """The op where _on_kernels says so (it checks its arguments itself); else the checks here, then
+    the inputs as they are (equal head counts) or the fallback."""
+    if num_kv_heads != num_heads and _on_kernels(a, b, num_kv_heads, num_heads):
+        return _OPS[op_name](a, b, num_kv_heads, num_heads)
     _check_heads(num_kv_heads, num_heads)
-    _check_pair(grad_k, grad_v, num_heads, ("grad_k", "grad_v"), "num_heads")
+    _check_pair(a, b, heads, names, heads_name)
     if num_kv_heads == num_heads:
-        return grad_k, grad_v
-    return gqa_bwd_pytorch_fallback(grad_k, grad_v, num_kv_heads, num_heads)
+        return a, b
+    return fallback(a, b, num_kv_heads, num_heads)
 
 
 # The ops' one overloads, looked up once: calling one costs a few microseconds less than calling its

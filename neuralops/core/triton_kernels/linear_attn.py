@@ -273,8 +273,7 @@ def _state_args(q: torch.Tensor, state: LinearAttnState | None) -> tuple:
 def _on_kernels(q: Any, k: Any, v: Any, cos: Any) -> bool:
     """fwd's and bwd's per-call test: ``is_supported`` less the checks the op makes itself (k's and
     v's ranks, dtypes and devices), which raise the fallback's exception types naming the same
-    argument. Every call runs it: each tensor attribute read costs about 0.1 us on the CPU machine and
-    three times that on the GPU hosts (benchmarks/NOTES.md)."""
+    argument (see neuralops.core.suitability on the per-call path)."""
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
         return False
     if not kernels_ready(q):

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from neuralops import _library
-from neuralops.core.suitability import kernels_ready, register_op_limits
+from neuralops.core.suitability import kernels_ready, register_op_limits, sizes_fit_int32
 
 BACKENDS = ("auto", "triton", "cublas")
 
@@ -152,15 +152,12 @@ def is_supported(
 def _on_kernels(x: Any, U: Any, V: Any, bias: Any) -> bool:
     """fwd's per-call test: ``is_supported`` less the checks the op makes itself (ranks, shapes,
     dtypes and devices of U, V and bias), which raise the fallback's exception types naming the same
-    argument. A decode step's budget is a few microseconds, and each tensor attribute read costs
-    about 0.1 us on the CPU machine and three times that on the GPU hosts."""
+    argument (see neuralops.core.suitability on the per-call path)."""
     if not (isinstance(x, torch.Tensor) and isinstance(U, torch.Tensor) and isinstance(V, torch.Tensor)):
         return False
     if not kernels_ready(x):
         return False
-    # No size can pass 32 bits while every tensor's element count stays below it, except beside a
-    # zero-size dimension: those take the exact test.
-    if 0 < x.numel() <= _INT32_MAX and 0 < U.numel() <= _INT32_MAX and 0 < V.numel() <= _INT32_MAX:
+    if sizes_fit_int32(x, U, V):
         return bias is None or isinstance(bias, torch.Tensor)
     return is_supported(x, U, V, bias)
 
