@@ -9,7 +9,7 @@ import triton
 
 from triton_src.linear_attn import kernels as K
 from triton_src.linear_attn.spec import (BLOCKS, DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
-                                         STATE_TILES, TILES, VALUE_TILES, fwd_tiles)
+                                         STATE_TILES, TILES, VALUE_TILES, feature_key, fwd_tiles)
 
 
 def pad16(x: int) -> int:
@@ -68,6 +68,7 @@ class _Setup:
         self.n_parts = 2 if cos is not None else 1
         self.phi_kind = K.PHI_KINDS["identity" if phi == "softmax_free" else phi]
         self.normalize = int(phi != "softmax_free")
+        self.feat = feature_key(self.phi_kind, self.n_parts)
         self.causal = int(causal)
         self.dtype = DTYPE_NAMES[q.dtype]
         self.dp, self.dvp = pad16(self.d), pad16(self.dv)
@@ -134,7 +135,7 @@ class _Setup:
             heads, self.n, *self.dims(), self.g, self.l, self.phi_kind, self.n_parts,
             self.normalize if grads else 0, scale,
             *_st(keys), *_st(values), self.sw_b, self.ep,
-            C=c, GRADS=int(grads), BK=self.bk, BT=bt, PREC=self.prec, **launch)
+            C=c, GRADS=int(grads), BK=self.bk, BT=bt, PREC=self.prec, FEAT=self.feat, **launch)
 
     def fwd_pass(self, o, states, scale, eps, sf=None, zf=None, write_final=False, den=None, dl=None):
         """la_fwd_kernel from forward_states' `states`: outputs into o, or with den and dl (the
@@ -150,7 +151,7 @@ class _Setup:
             self.phi_kind, self.normalize, self.n_parts, has_s, int(write_final), int(stats),
             scale, eps, *_st(self.q), *_st(self.k), *_st(self.v), *_st(o),
             self.sw_b, ss_bh, ss_g, sz_bh, sz_g,
-            C=c, CAUSAL=self.causal, BK=self.bk, BT=bt, PREC=self.prec, **launch)
+            C=c, CAUSAL=self.causal, BK=self.bk, BT=bt, PREC=self.prec, FEAT=self.feat, **launch)
 
     def scan(self, x, y, n_grp, mode, init_s, init_z, tot_s, tot_z, bh):
         _launch_scan(x, y, bh, self.g, self.fd, self.e, self.ep, y.shape[2] * self.ep, n_grp, mode,
@@ -243,7 +244,7 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         st.phi_kind, st.normalize, st.n_parts, has_s,
         scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dq),
         st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
-        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, **launch2)
+        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, FEAT=st.feat, **launch2)
     dk = torch.empty(st.b, st.hkv, st.n, st.dp, dtype=q.dtype, device=dev)
     dv = torch.empty(st.b, st.hkv, st.n, st.dvp, dtype=q.dtype, device=dev)
     c, bt, launch, nt = st.dvt
@@ -253,14 +254,14 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         st.phi_kind, st.normalize, st.n_parts, has_r,
         scale, *_st(st.q), *_st(st.k), *_st(do), *_st(dv),
         st.sw_b, sr_bh, sr_g,
-        C=c, CAUSAL=st.causal, BK=st.bk, BT=bt, PREC=st.prec, **launch)
+        C=c, CAUSAL=st.causal, BK=st.bk, BT=bt, PREC=st.prec, FEAT=st.feat, **launch)
     K.la_bwd_dk_kernel[(nf * st.g * st.b * st.hkv,)](
         st.q, st.k, st.v, do, dk, st.wc, st.ws, r, rz, den, dl,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
         st.phi_kind, st.normalize, st.n_parts, has_r,
         scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dk),
         st.sw_b, sr_bh, sr_g, srz_bh, srz_g,
-        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, **launch2)
+        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, FEAT=st.feat, **launch2)
     return _unpad(dq, st.d), _unpad(dk, st.d), _unpad(dv, st.dv), ds0, dz0
 
 

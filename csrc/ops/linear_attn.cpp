@@ -331,10 +331,16 @@ int64_t pad16(int64_t x) {
   return (x + 15) / 16 * 16;
 }
 
+// The kernels' FEAT key (spec.py FEATURES): the feature map compiled in where there is one part,
+// else 0, the variant that reads phi and the part count at run time (Cosformer).
+int64_t feature_key(const Phi& phi, int64_t parts) {
+  return parts == 1 ? phi.kind + 1 : 0;
+}
+
 // The smallest feature block built for `dtype` tensors (spec.py BLOCKS) that holds `width` columns.
 int64_t block_for(at::ScalarType dtype, int64_t width) {
   for (int64_t b = 16; b <= kMaxHeadDim; b *= 2) {
-    if (b >= width && aot::la_state_built({dtype, b, 0})) return b;
+    if (b >= width && aot::la_state_built({dtype, b, 0, 0})) return b;
   }
   TORCH_CHECK_VALUE(false, "neuralops.linear_attn: ", width, " columns exceed the largest block");
 }
@@ -391,6 +397,7 @@ struct Plan {
   bool causal;
   at::ScalarType dtype;
   int64_t dp, dvp, bk;
+  int64_t feat;  // the kernels' compiled-in feature map (feature_key)
   int64_t nt_state, nt, nt_dv;  // Dv tiles of the state pass, the forward (and stats), the dv pass
   int64_t g, l, f, fd, e, ep;
   Tensor q, k, v;  // kernel-ready inputs
@@ -414,10 +421,11 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   p.k = kernel_input(k, p.dp, fill);
   p.v = kernel_input(v, p.dvp, 0.0);
   p.bk = block_for(p.dtype, sh.parts * p.dp);
+  p.feat = feature_key(phi, sh.parts);
   // Each Dv-tiled kernel has its own tiles (spec.py STATE_TILES, FWD_TILES, TILES).
-  const auto c_state = aot::la_state_constexprs({p.dtype, p.bk, 0});
-  const auto c_fwd = aot::la_fwd_constexprs({p.dtype, p.bk, causal});
-  const auto c_dv = aot::la_bwd_dv_constexprs({p.dtype, p.bk, causal});
+  const auto c_state = aot::la_state_constexprs({p.dtype, p.bk, 0, p.feat});
+  const auto c_fwd = aot::la_fwd_constexprs({p.dtype, p.bk, causal, p.feat});
+  const auto c_dv = aot::la_bwd_dv_constexprs({p.dtype, p.bk, causal, p.feat});
   p.nt_state = ceil_div(p.dvp, c_state.BT);
   p.nt = ceil_div(p.dvp, c_fwd.BT);
   p.nt_dv = ceil_div(p.dvp, c_dv.BT);
@@ -425,7 +433,7 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   // kernels chunk by their own tile (C of VALUE_TILES), which can exceed the forward's: a segment
   // of 32 rows walked in chunks of 64 summed the next segment's rows into its reverse state.
   const int64_t bkv = block_for(p.dtype, p.dvp);
-  const int64_t c_value = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal}).C;
+  const int64_t c_value = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat}).C;
   const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value});
   const int64_t nc = ceil_div(sh.n, quantum);
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
@@ -512,7 +520,7 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
   }
   const Shape& sh = p.sh;
   buffer = at::empty({sh.b, sh.hkv, p.g, p.ep}, p.q.options().dtype(at::kFloat));
-  aot::la_state({p.dtype, p.bk, 0}, config(p.q, p.nt_state * p.g * sh.b * sh.hkv, "linear_attn state"),
+  aot::la_state({p.dtype, p.bk, 0, p.feat}, config(p.q, p.nt_state * p.g * sh.b * sh.hkv, "linear_attn state"),
                 p.k.const_data_ptr(), p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), nullptr,
                 nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, p.phi.kind, sh.parts, 0, 1.0f, st(p.k, 0),
                 st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
@@ -567,13 +575,14 @@ std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, co
   const Segments seg = forward_states(p, s0, z0, return_state && !single ? &sf : nullptr,
                                       return_state && !single ? &zf : nullptr, buffer, config);
   Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
-  aot::la_fwd({p.dtype, p.bk, causal}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"), p.q.const_data_ptr(),
-              p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
-              return_state ? sf.mutable_data_ptr() : nullptr, return_state ? zf.mutable_data_ptr() : nullptr, nullptr,
-              nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts,
-              seg.has, return_state && single, 0, static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0),
-              st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
-              st(out, 0), st(out, 1), st(out, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+  aot::la_fwd({p.dtype, p.bk, causal, p.feat}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"),
+              p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(),
+              p.w.s(), seg.s, seg.z, return_state ? sf.mutable_data_ptr() : nullptr,
+              return_state ? zf.mutable_data_ptr() : nullptr, nullptr, nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp,
+              sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, return_state && single, 0,
+              static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
+              st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0), st(out, 1), st(out, 2),
+              p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
   return {unpad(out, sh.dv), sf, zf};
 }
 
@@ -603,7 +612,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   if (phi.normalize) {
     den = at::empty({sh.b, sh.h, sh.n}, f32);
     dl = at::empty({sh.b, sh.h, p.nt, sh.n}, f32);
-    aot::la_fwd({p.dtype, p.bk, causal}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"),
+    aot::la_fwd({p.dtype, p.bk, causal, p.feat}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"),
                 p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(),
                 p.w.s(), seg.s, seg.z, nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), sh.h, sh.hkv,
                 sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, 0, 1,
@@ -617,7 +626,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   const void* den_ptr = phi.normalize ? den.const_data_ptr() : nullptr;
   const void* dl_ptr = phi.normalize ? dl.const_data_ptr() : nullptr;
   const int64_t bkv = block_for(p.dtype, p.dvp);
-  const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal}).BF;
+  const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat}).BF;
   const int64_t nf = ceil_div(p.dp, bf / sh.parts);
   // The reverse states: R (sum of qf^T g over later rows) and rho, per kv head and segment, from
   // each segment's sums per query head (la_state in GRADS mode: q as the keys, grad_out as the
@@ -626,7 +635,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
   Tensor r_buffer;
   if (p.g > 1 || !causal || state_grad) {
     const Tensor rs = at::empty({sh.b, sh.h, p.g, p.ep}, f32);
-    aot::la_state({p.dtype, p.bk, 1}, config(q, p.nt_state * p.g * sh.b * sh.h, "linear_attn_bwd segment sums"),
+    aot::la_state({p.dtype, p.bk, 1, p.feat}, config(q, p.nt_state * p.g * sh.b * sh.h, "linear_attn_bwd segment sums"),
                   p.q.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), rs.mutable_data_ptr(), den_ptr,
                   dl_ptr, sh.h, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, p.phi.kind, sh.parts,
                   phi.normalize, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(dout, 0),
@@ -642,22 +651,22 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
     rev = {dsf->const_data_ptr(), dzf->const_data_ptr(), p.fd, 0, p.f, 0, 1};
   }
   Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
-  aot::la_bwd_dq({p.dtype, bkv, causal}, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
-                 p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(),
-                 p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l,
-                 phi.kind, phi.normalize, sh.parts, seg.has, static_cast<float>(scale), st(p.q, 0),
-                 st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
-                 st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0), st(dq, 1), st(dq, 2), p.w.stride_b, seg.s_bh,
-                 seg.s_g, seg.z_bh, seg.z_g);
+  aot::la_bwd_dq({p.dtype, bkv, causal, p.feat}, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"),
+                 p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(),
+                 dq.mutable_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp,
+                 p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, static_cast<float>(scale),
+                 st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
+                 st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0), st(dq, 1), st(dq, 2), p.w.stride_b,
+                 seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
   Tensor dk = kernel_output(sh.b, sh.hkv, sh.n, p.dp, k);
   Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
-  aot::la_bwd_dv({p.dtype, p.bk, causal}, config(q, p.nt_dv * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"),
+  aot::la_bwd_dv({p.dtype, p.bk, causal, p.feat}, config(q, p.nt_dv * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"),
                  p.q.const_data_ptr(), p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(),
                  p.w.s(), rev.s, den_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind,
                  phi.normalize, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2),
                  st(p.k, 0), st(p.k, 1), st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1),
                  st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
-  aot::la_bwd_dk({p.dtype, bkv, causal}, config(q, nf * p.g * sh.b * sh.hkv, "linear_attn_bwd dk"),
+  aot::la_bwd_dk({p.dtype, bkv, causal, p.feat}, config(q, nf * p.g * sh.b * sh.hkv, "linear_attn_bwd dk"),
                  p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(),
                  dk.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, rev.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp,
                  p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, rev.has,

@@ -50,6 +50,7 @@ CASES = [
     # Cosformer at D = 48: the forward chunks by 32 rows, the backward's dq and dk kernels by 64,
     # so segments must hold whole chunks of both (a regression caught on the H200).
     (1, 2, 2, 130, 48, 24, torch.float16, "elu+1", True, True, False, None, False),
+    (1, 2, 1, 33, 16, 16, torch.bfloat16, "relu", True, False, False, None, False),  # relu compiled in (FEAT 3)
 ]
 
 
@@ -89,6 +90,23 @@ def test_kernels_forward_and_backward(b, h, hkv, n, d, dv, dtype, phi, causal, c
         results.update(dS0=(ds0, grads[3]), dz0=(dz0, grads[4]))
     errors = {name: rel_error(a, r) for name, (a, r) in results.items()}
     assert all(e <= tol for e in errors.values()), errors
+
+
+@pytest.mark.parametrize("phi", ["identity", "elu+1", "relu", "softmax_free"])
+def test_compiled_feature_map_matches_run_time_one(monkeypatch, phi):
+    """FEAT > 0 (the map compiled in, what the op runs without Cosformer) against FEAT 0 (phi and
+    the part count read at run time) on the same one-part inputs, every kernel of both passes."""
+    q, k, v = make(1, 2, 1, 70, 16, 24, torch.bfloat16, positive=phi == "identity")
+    dout = torch.randn(1, 2, 70, 24, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    runs = []
+    for feat in (None, 0):
+        if feat is not None:
+            monkeypatch.setattr(drv, "feature_key", lambda phi_kind, n_parts: feat)
+        kw = dict(phi=phi, causal=True, seg_len=32)
+        runs.append((drv.forward(q, k, v, **kw)[0], *drv.backward(dout, q, k, v, **kw)[:3]))
+    assert drv._Setup(q, k, v, phi, True, None, None, None, None).feat == 0
+    for compiled, generic in zip(*runs):
+        assert rel_error(compiled, generic) <= 1e-6
 
 
 @pytest.mark.parametrize("cos", [False, True])

@@ -27,10 +27,12 @@ Both halves come from one row of the input (two contiguous masked loads, the sec
 the doubled features exist only in registers.
 
 Causal or bidirectional is compiled in (CAUSAL): as a run-time branch it cost registers enough to
-spill. The other switches (phi, normalization, Cosformer, states, stats) run-time: uniform
-arithmetic, load masks or branches around dots, never branches around loads, which stay at the top
-of the loop where Triton software-pipelines them; a switched-off input is a fully masked load that
-moves no bytes. Loads clamp rows past the end to the last row instead of masking them (see
+spill. So is the feature map where there is one part (FEAT > 0 overrides phi_kind and n_parts;
+spec.FEATURES): the run-time selects and Cosformer's column arithmetic were a fifth of the
+forward's loop. The other switches (normalization, states, stats, and phi under Cosformer, FEAT 0)
+run-time: uniform arithmetic, load masks or branches around dots, never branches around loads,
+which stay at the top of the loop where Triton software-pipelines them; a switched-off input is a
+fully masked load that moves no bytes. Loads clamp rows past the end to the last row instead of masking them (see
 _row_ptrs).
 
 Algorithm. The sequence is cut into G segments of L tokens (a multiple of the chunk C). Programs own
@@ -64,12 +66,14 @@ Precision (spec.PRECISION). bf16 tensors use bf16 dot operands, the tensor cores
 features, A, v, g and dout round to bf16, and a running state enters its dots as a hi + lo pair of
 bf16 halves (_mm_state), since one rounding of it cost the normalized map's dq about 1e-2 (the
 bf16 bound). A float64 emulation of this scheme on random inputs gave 2e-3 (out) and 6e-3 (dq)
-norm-wise error at N = 512 to 4096, D = 64 and 128, flat in N. fp16 tensors use tf32 dots on fp32
-operands: fp16 operands would overflow (S and z grow with N), and bf16 ones would cost fp16's
-tighter bound (dq 6.5e-3 against 5e-3). fp32 tensors use tf32x3 (fp32 accuracy). Accumulation is
-always fp32. With bf16 operands the forward's sums (den's qf . z and rowsum(A), z's colsum(kf)) and
-the backward's qf^T r run as narrow dots against [., SUM_W] operands (ones, or hi + lo halves of z
-and r): sums of the same bf16 operands the other dots use, in fp32.
+norm-wise error at N = 512 to 4096, D = 64 and 128, flat in N. At 128 features the states that
+change every chunk enter one tf32 dot instead (_mm_running_state): faster there, and within bounds.
+fp16 tensors use tf32 dots on fp32 operands: fp16 operands would overflow (S and z grow with N),
+and bf16 ones would cost fp16's tighter bound (dq 6.5e-3 against 5e-3). fp32 tensors use tf32x3
+(fp32 accuracy). Accumulation is always fp32. With bf16 operands the forward's sums (den's qf . z
+and rowsum(A), z's colsum(kf)) and the backward's qf^T r run as narrow dots against [., SUM_W]
+operands (ones, or hi + lo halves of z and r): sums of the same bf16 operands the other dots use,
+in fp32.
 
 The naive references the kernels are tested against are the ``*_reference`` functions below.
 """
@@ -174,6 +178,21 @@ def _mm_state(a, st, PREC: tl.constexpr):
         out = _mma(a, (st - hi.to(tl.float32)).to(tl.bfloat16), out, PREC)
     else:
         out = _mm(a, st, PREC)
+    return out
+
+
+@triton.jit
+def _mm_running_state(a, st, PREC: tl.constexpr, W: tl.constexpr):
+    """a @ st for a state that changes every chunk (S in the causal forward, S in dq, R in dv and
+    dk), contracting W: at W = 128 in bf16 one tf32 dot on the fp32 state (11 bits of mantissa,
+    within the tests' bounds on the H200) instead of _mm_state's split and two bf16 dots. H200, B1
+    H16 N65536 D128: forward 1.32 -> 1.12 ms (Triton JIT); dq 1.47 -> 1.42, dv 1.29 -> 1.22, dk
+    1.45 -> 1.27 ms (ncu, built cubins). At 64 the split is cheaper (forward 0.096 against 0.102 ms
+    at B4 H16 N4096 D64)."""
+    if PREC == 1 and W == 128:
+        out = tl.dot(a.to(tl.float32), st, input_precision="tf32")
+    else:
+        out = _mm_state(a, st, PREC)
     return out
 
 
@@ -394,6 +413,7 @@ def la_state_kernel(
     scale,
     sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sw_b, EP,
     C: tl.constexpr, GRADS: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+    FEAT: tl.constexpr,
 ):
     """x[b, hk, g] = (sum kf^T v, sum kf) over segment g (GRADS = 0: the forward; scale unused).
 
@@ -401,6 +421,9 @@ def la_state_kernel(
     (k_ptr is q, v_ptr grad_out, HKV the number of query heads, den and dl from the stats pass):
     the reverse scan's input. Grid: Dv tiles x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: in the backward it reads the stats pass's den and dl
+    if FEAT > 0:  # the feature map compiled in (spec.FEATURES)
+        phi_kind = FEAT - 1
+        n_parts = 1
     t, _, g, bk, b, hk = _program(tl.cdiv(DV, BT), 1, G, HKV)
     kb = k_ptr + b * sk_b + hk * sk_h
     vb = v_ptr + b * sv_b + hk * sv_h
@@ -494,6 +517,7 @@ def la_fwd_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
     sw_b, ss_bh, ss_g, sz_bh, sz_g,
     C: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+    FEAT: tl.constexpr,
 ):
     """Outputs of segment g for query head h and Dv tile t, starting from the state (s, z)[b, hk, g]
     (ss_g = sz_g = 0: one state for every segment, as in bidirectional mode, where CAUSAL = 0
@@ -505,6 +529,9 @@ def la_fwd_kernel(
     (sf, zf); the bidirectional total comes from the scan.
     Grid: Dv tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
+    if FEAT > 0:  # the feature map compiled in (spec.FEATURES)
+        phi_kind = FEAT - 1
+        n_parts = 1
     nt = tl.cdiv(DV, BT)
     n_rep = H // HKV
     t, r, g, bk, b, hk = _program(nt, n_rep, G, HKV)
@@ -546,7 +573,7 @@ def la_fwd_kernel(
         else:
             den = tl.sum(qf.to(tl.float32) * z[None, :], 1) + eps
         if CAUSAL:
-            out = _mm_state(qf, s, PREC)
+            out = _mm_running_state(qf, s, PREC, BK)
         else:
             out = _mm_halves(qf, s_hi, s_lo, PREC)
         if CAUSAL:  # dots only: the loads above stay unconditional, so they pipeline
@@ -653,12 +680,16 @@ def la_bwd_dq_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdq_b, sdq_h, sdq_n,
     sw_b, ss_bh, ss_g, sz_bh, sz_g,
     C: tl.constexpr, CAUSAL: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
+    FEAT: tl.constexpr,
 ):
     """dq of segment g, query head h, feature tile ft (BF columns of F, all of Dv), in forward order
     from the forward state (s, z)[b, hk, g]. The reverse scan's segment sums come from
     la_state_kernel (grads mode): here they cost a second [BF, Dv] fp32 accumulator, which spilled.
     Grid: feature tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
+    if FEAT > 0:  # the feature map compiled in (spec.FEATURES)
+        phi_kind = FEAT - 1
+        n_parts = 1
     hw = _half_width(BF, n_parts)
     n_rep = H // HKV
     ft, r, g, bk, b, hk = _program(tl.cdiv(D, hw), n_rep, G, HKV)
@@ -686,7 +717,7 @@ def la_bwd_dq_kernel(
         kf = _features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, CAUSAL, BF)
         vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], (v_ok & (CAUSAL != 0))[None, :])
         # dqf_i / (1 / den_i): 1 / den_i goes into the store's row multiplier.
-        gq = _mm_state(dout, tl.trans(s), PREC) + ndl[:, None] * z[None, :]
+        gq = _mm_running_state(dout, tl.trans(s), PREC, BKV) + ndl[:, None] * z[None, :]
         if CAUSAL:
             ds = _mm(dout, tl.trans(vt), PREC) + ndl[:, None]
             ds = tl.where(ci[:, None] >= ci[None, :], ds, 0.0)
@@ -706,12 +737,16 @@ def la_bwd_dv_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sd_b, sd_h, sd_n, sdv_b, sdv_h, sdv_n,
     sw_b, sr_bh, sr_g,
     C: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
+    FEAT: tl.constexpr,
 ):
     """dv of segment g, kv head hk, Dv tile t, in reverse order from R[b, hk, g] (the sum of qf^T g
     over later rows, dS_final included), summed over the query heads of hk; bidirectional mode
     (CAUSAL = 0) leaves dv = kf R with R the total.
     Grid: Dv tiles x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
+    if FEAT > 0:  # the feature map compiled in (spec.FEATURES)
+        phi_kind = FEAT - 1
+        n_parts = 1
     n_rep = H // HKV
     t, _, g, bk, b, hk = _program(tl.cdiv(DV, BT), 1, G, HKV)
     kb = k_ptr + b * sk_b + hk * sk_h
@@ -742,7 +777,7 @@ def la_bwd_dv_kernel(
         qg = _op(_features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind,
                            scale * inv, CAUSAL, BK), PREC)  # qf_i / den_i: g_i's 1 / den_i moved to its rows
         if rep == 0:
-            dv = _mm_state(kf, rt, PREC)
+            dv = _mm_running_state(kf, rt, PREC, BK)
         if CAUSAL:
             at = _mm(kf, tl.trans(qg), PREC)
             at = tl.where(ci[None, :] >= ci[:, None], at, 0.0)
@@ -762,12 +797,16 @@ def la_bwd_dk_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdk_b, sdk_h, sdk_n,
     sw_b, sr_bh, sr_g, srz_bh, srz_g,
     C: tl.constexpr, CAUSAL: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
+    FEAT: tl.constexpr,
 ):
     """dk of segment g, kv head hk, feature tile ft (all of Dv), in reverse order from
     (R, rho)[b, hk, g], summed over the query heads of hk; bidirectional mode (CAUSAL = 0) leaves
     dkf = v R^T + rho with the totals.
     Grid: feature tiles x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
+    if FEAT > 0:  # the feature map compiled in (spec.FEATURES)
+        phi_kind = FEAT - 1
+        n_parts = 1
     hw = _half_width(BF, n_parts)
     n_rep = H // HKV
     ft, _, g, bk, b, hk = _program(tl.cdiv(D, hw), 1, G, HKV)
@@ -800,7 +839,7 @@ def la_bwd_dk_kernel(
         dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
                         r_ok[:, None] & (v_ok & (CAUSAL != 0))[None, :])
         if rep == 0:
-            gk = _mm_state(vt, tl.trans(rt), PREC) + rho[None, :]
+            gk = _mm_running_state(vt, tl.trans(rt), PREC, BKV) + rho[None, :]
         if CAUSAL:
             dst = _mm(vt, tl.trans(dout), PREC) + ndl[None, :]
             dst = tl.where(ci[None, :] >= ci[:, None], dst, 0.0)

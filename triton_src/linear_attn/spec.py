@@ -4,10 +4,11 @@ Each kernel is keyed by dtype (bf16, fp16, fp32: the pointer types and the dot p
 PRECISION) and one block size: the padded contraction dimension that a program holds in full (all
 F = parts * D features for the Dv-tiled kernels, all of Dv for the dq/dk kernels): 64, 128 and 256
 for 16-bit tensors, 256 only for fp32 (tf32x3 dots, correctness rather than speed). The four
-kernels with a causal and a bidirectional mode also take it as a key, and the state pass its
-forward or backward mode (GRADS). Everything else (phi, normalization, Cosformer, GQA, states,
-stats) is a run-time argument: (1 + 5 * 2) kernels * 7 (dtype, block) pairs + the scan = 78
-variants. The bf16 tiles of blocks 64 and 128 come from the H200 sweeps
+kernels with a causal and a bidirectional mode also take it as a key, the state pass its
+forward or backward mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything
+else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time argument:
+5 kernels * 2 modes * 4 feature maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan
+= 288 variants. The bf16 tiles of blocks 64 and 128 come from the H200 sweeps
 (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state pass and the forward have
 their own, STATE_TILES and FWD_TILES, and the bidirectional forward BIDIR_FWD_TILES) and the spill
 counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128 features); the others keep the running
@@ -59,6 +60,21 @@ BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
 # Triton 3.8 cannot software-pipeline dv's and dk's loop for sm_100 (its pipeliner fails on the
 # dot under `if` that starts each chunk): one stage there.
 MAX_STAGES = {"la_bwd_dv": {100: 1}, "la_bwd_dk": {100: 1}}
+# The feature map compiled in (constexpr FEAT): 1 + phi_kind (kernels.PHI_KINDS) with one part, or 0,
+# the variant that reads phi_kind and n_parts at run time (Cosformer). Triton's JIT, which compiles
+# integer arguments equal to 1 in, showed what run-time switches cost (H200, bf16): against
+# signatures without that specialization, the bidirectional forward at B1 H16 N65536 D128 ran
+# 0.695 against 0.457 ms, B4 H16 N4096 D128 0.212 against 0.154 ms, and the causal forward at
+# B4 H16 N4096 D64 0.111 against 0.098 ms; phi and the part count carried most of it (offline
+# sm_90 loop at 128 features: 1257 SASS instructions, 1030 with them compiled in).
+FEATURES = (0, 1, 2, 3)
+
+
+def feature_key(phi_kind: int, n_parts: int) -> int:
+    """FEAT for a call (csrc/ops/linear_attn.cpp feature_key)."""
+    return phi_kind + 1 if n_parts == 1 else 0
+
+
 # Dot operands: bf16 tensors use bf16 (the tensor cores' full rate; within the bf16 tolerance),
 # fp16 tensors tf32 (fp16 operands would overflow: S and z grow with N), fp32 tensors tf32x3.
 PRECISION = {"bf16": 1, "fp16": 2, "fp32": 3}
@@ -168,10 +184,11 @@ def _spec(name: str) -> KernelSpec:
 
     def constexprs(key: dict) -> dict:
         c, t, _, _ = tile(key)
-        return {"C": c, block: key[block], other: t, "PREC": PRECISION[key["dtype"]], mode: key[mode]}
+        return {"C": c, block: key[block], other: t, "PREC": PRECISION[key["dtype"]], mode: key[mode],
+                "FEAT": key["FEAT"]}
 
     blocks = sorted({b for bs in BLOCKS.values() for b in bs})
-    keys = {"dtype": tuple(BLOCKS), block: tuple(blocks), mode: (0, 1)}
+    keys = {"dtype": tuple(BLOCKS), block: tuple(blocks), mode: (0, 1), "FEAT": FEATURES}
     return KernelSpec(name=name, function=f"{name}_kernel", params=params("*{dtype}:16"), keys=keys,
                       constexprs=constexprs,
                       num_warps=lambda key: tile(key)[2], num_stages=lambda key: tile(key)[3],
