@@ -11,7 +11,8 @@ else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time 
 = 288 variants. The bf16 tiles of blocks 64 and 128 come from the H200 sweeps
 (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state pass and the forward have
 their own, STATE_TILES and FWD_TILES, and the bidirectional forward BIDIR_FWD_TILES) and the spill
-counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128 features); the others keep the running
+counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128 features), dq's and dk's at 128
+from a sweep of AOT builds (benchmarks/aot_with_tile.py, see VALUE_TILES); the others keep the running
 state at most 32 KB of registers per program and shared memory under 99 KB (the opt-in limit of
 sm_86, sm_89 and sm_120, which also run the sm_80 cubins).
 
@@ -55,7 +56,12 @@ def fwd_tiles(causal: int) -> dict:
 # At 256 one stage: with 2, ptxas left dk 32 registers and 2-3 KB of stack (bf16: 255 registers and
 # 704 bytes with one stage; fp16, tf32 operands, needs 8 warps too: 248 bytes, dq 80). fp32's dq and
 # dk still get 32 registers and 4-7 KB of stack (fp32 is there for accuracy).
-VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 4, 2), ("bf16", 256): (16, 32, 4, 1), ("fp16", 256): (16, 32, 8, 1)}
+# At 128 in bf16, feature tiles of 32 with 4 warps: the first sweep there (AOT builds, since the JIT
+# faults on these tiles; H200, causal fwd+bwd, whole call) measured B1 H16 N65536 D128 6.61 -> 6.33 ms
+# and B4 H16 N4096 D128 2.00 -> 1.92 ms against the shared (64, 64, 8, 2); (64, 64, 8, 3) gave 6.35 and
+# 1.95 ms, (32, 64, 8, 2) 8.22 and 2.38 ms. dk spills 64 bytes with it, and is still faster.
+VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 4, 2), ("bf16", 128): (64, 32, 4, 2), ("bf16", 256): (16, 32, 4, 1),
+               ("fp16", 256): (16, 32, 8, 1)}
 BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
 # Triton 3.8 cannot software-pipeline dv's and dk's loop for sm_100 (its pipeliner fails on the
 # dot under `if` that starts each chunk): one stage there.
