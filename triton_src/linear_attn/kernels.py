@@ -32,8 +32,8 @@ spec.FEATURES): the run-time selects and Cosformer's column arithmetic were a fi
 forward's loop. The other switches (normalization, states, stats, and phi under Cosformer, FEAT 0)
 run-time: uniform arithmetic, load masks or branches around dots, never branches around loads,
 which stay at the top of the loop where Triton software-pipelines them; a switched-off input is a
-fully masked load that moves no bytes. Loads clamp rows past the end to the last row instead of masking them (see
-_row_ptrs).
+fully masked load that moves no bytes. Loads clamp rows past the end to the last row instead of
+masking them (see _row_ptrs).
 
 Algorithm. The sequence is cut into G segments of L tokens (a multiple of the chunk C). Programs own
 one segment and walk its chunks in order with the running state in registers (no N x N matrix, no
@@ -67,7 +67,7 @@ features, A, v, g and dout round to bf16, and a running state enters its dots as
 bf16 halves (_mm_state), since one rounding of it cost the normalized map's dq about 1e-2 (the
 bf16 bound). A float64 emulation of this scheme on random inputs gave 2e-3 (out) and 6e-3 (dq)
 norm-wise error at N = 512 to 4096, D = 64 and 128, flat in N. At 128 features the states that
-change every chunk enter one tf32 dot instead (_mm_running_state): faster there, and within bounds.
+change every chunk enter one tf32 dot instead (_mm_state): faster there, and within bounds.
 fp16 tensors use tf32 dots on fp32 operands: fp16 operands would overflow (S and z grow with N),
 and bf16 ones would cost fp16's tighter bound (dq 6.5e-3 against 5e-3). fp32 tensors use tf32x3
 (fp32 accuracy). Accumulation is always fp32. With bf16 operands the forward's sums (den's qf . z
@@ -168,31 +168,22 @@ def _mm(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def _mm_state(a, st, PREC: tl.constexpr):
-    """a @ st for a running fp32 state st: with bf16 operands, st goes in as hi + lo halves (two
-    dots), so it keeps 16 bits of mantissa; one bf16 rounding of the state cost the dq of the
-    normalized map about 1e-2 (the bf16 bound) on the interpreter tests."""
-    if PREC == 1:
+def _mm_state(a, st, PREC: tl.constexpr, W: tl.constexpr):
+    """a @ st for a running fp32 state st (S in the causal forward and dq, R in dv and dk),
+    contracting W. With bf16 operands st goes in as hi + lo halves (two dots), so it keeps 16 bits
+    of mantissa; one bf16 rounding of the state cost the dq of the normalized map about 1e-2 (the
+    bf16 bound) on the interpreter tests. At W = 128 one tf32 dot on the fp32 state (11 bits) is
+    faster, and within the tests' bounds on the H200. H200, B1 H16 N65536 D128: forward 1.32 -> 1.12
+    ms (Triton JIT); dq 1.47 -> 1.42, dv 1.29 -> 1.22, dk 1.45 -> 1.27 ms (ncu, built cubins). At 64
+    the split is cheaper (forward 0.096 against 0.102 ms at B4 H16 N4096 D64)."""
+    if PREC == 1 and W == 128:
+        out = tl.dot(a.to(tl.float32), st, input_precision="tf32")
+    elif PREC == 1:
         hi = st.to(tl.bfloat16)
         out = _mm(a, hi, PREC)  # before lo exists: the other order spilled 120 more bytes in dk
         out = _mma(a, (st - hi.to(tl.float32)).to(tl.bfloat16), out, PREC)
     else:
         out = _mm(a, st, PREC)
-    return out
-
-
-@triton.jit
-def _mm_running_state(a, st, PREC: tl.constexpr, W: tl.constexpr):
-    """a @ st for a state that changes every chunk (S in the causal forward, S in dq, R in dv and
-    dk), contracting W: at W = 128 in bf16 one tf32 dot on the fp32 state (11 bits of mantissa,
-    within the tests' bounds on the H200) instead of _mm_state's split and two bf16 dots. H200, B1
-    H16 N65536 D128: forward 1.32 -> 1.12 ms (Triton JIT); dq 1.47 -> 1.42, dv 1.29 -> 1.22, dk
-    1.45 -> 1.27 ms (ncu, built cubins). At 64 the split is cheaper (forward 0.096 against 0.102 ms
-    at B4 H16 N4096 D64)."""
-    if PREC == 1 and W == 128:
-        out = tl.dot(a.to(tl.float32), st, input_precision="tf32")
-    else:
-        out = _mm_state(a, st, PREC)
     return out
 
 
@@ -253,7 +244,8 @@ def _state_halves(st, PREC: tl.constexpr):
 
 @triton.jit
 def _mm_halves(a, hi, lo, PREC: tl.constexpr):
-    """_mm_state(a, st) from _state_halves(st)."""
+    """a @ st from _state_halves(st): _mm_state's hi + lo split, made once for a fixed state (at
+    every width)."""
     out = _mm(a, hi, PREC)
     if PREC == 1:
         out = _mma(a, lo, out, PREC)
@@ -573,7 +565,7 @@ def la_fwd_kernel(
         else:
             den = tl.sum(qf.to(tl.float32) * z[None, :], 1) + eps
         if CAUSAL:
-            out = _mm_running_state(qf, s, PREC, BK)
+            out = _mm_state(qf, s, PREC, BK)
         else:
             out = _mm_halves(qf, s_hi, s_lo, PREC)
         if CAUSAL:  # dots only: the loads above stay unconditional, so they pipeline
@@ -717,7 +709,7 @@ def la_bwd_dq_kernel(
         kf = _features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, CAUSAL, BF)
         vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], (v_ok & (CAUSAL != 0))[None, :])
         # dqf_i / (1 / den_i): 1 / den_i goes into the store's row multiplier.
-        gq = _mm_running_state(dout, tl.trans(s), PREC, BKV) + ndl[:, None] * z[None, :]
+        gq = _mm_state(dout, tl.trans(s), PREC, BKV) + ndl[:, None] * z[None, :]
         if CAUSAL:
             ds = _mm(dout, tl.trans(vt), PREC) + ndl[:, None]
             ds = tl.where(ci[:, None] >= ci[None, :], ds, 0.0)
@@ -777,7 +769,7 @@ def la_bwd_dv_kernel(
         qg = _op(_features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind,
                            scale * inv, CAUSAL, BK), PREC)  # qf_i / den_i: g_i's 1 / den_i moved to its rows
         if rep == 0:
-            dv = _mm_running_state(kf, rt, PREC, BK)
+            dv = _mm_state(kf, rt, PREC, BK)
         if CAUSAL:
             at = _mm(kf, tl.trans(qg), PREC)
             at = tl.where(ci[None, :] >= ci[:, None], at, 0.0)
@@ -839,7 +831,7 @@ def la_bwd_dk_kernel(
         dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
                         r_ok[:, None] & (v_ok & (CAUSAL != 0))[None, :])
         if rep == 0:
-            gk = _mm_running_state(vt, tl.trans(rt), PREC, BKV) + rho[None, :]
+            gk = _mm_state(vt, tl.trans(rt), PREC, BKV) + rho[None, :]
         if CAUSAL:
             dst = _mm(vt, tl.trans(dout), PREC) + ndl[None, :]
             dst = tl.where(ci[None, :] >= ci[:, None], dst, 0.0)

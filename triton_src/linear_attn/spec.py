@@ -22,6 +22,7 @@ unhinted variant.
 """
 
 from triton_src.aot.spec import KernelSpec
+from triton_src.linear_attn.kernels import PHI_KINDS
 
 # (dtype, block) -> (chunk rows C, tile of the other dimension, warps, stages), for the Dv-tiled
 # kernels (block: all features) and the dq/dk kernels (block: all of Dv).
@@ -73,7 +74,7 @@ MAX_STAGES = {"la_bwd_dv": {100: 1}, "la_bwd_dk": {100: 1}}
 # 0.695 against 0.457 ms, B4 H16 N4096 D128 0.212 against 0.154 ms, and the causal forward at
 # B4 H16 N4096 D64 0.111 against 0.098 ms; phi and the part count carried most of it (offline
 # sm_90 loop at 128 features: 1257 SASS instructions, 1030 with them compiled in).
-FEATURES = (0, 1, 2, 3)
+FEATURES = (0, *(kind + 1 for kind in PHI_KINDS.values()))
 
 
 def feature_key(phi_kind: int, n_parts: int) -> int:
