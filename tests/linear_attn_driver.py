@@ -30,20 +30,21 @@ def block_for(dtype: str, width: int) -> int:
 DECODE_MAX_ROWS = 4  # csrc/ops/linear_attn.cpp kDecodeMaxRows: causal calls this short take la_decode_kernel
 
 
-def programs_per_sm(block: int) -> int:
-    """csrc/ops/linear_attn.cpp programs_per_sm: the segment count's target per multiprocessor."""
-    return 4 if block <= 64 else 8
+def segment_count(nc: int, quantum: int, per_segment: int, block: int, causal: bool, sms: int) -> int:
+    """csrc/ops/linear_attn.cpp segment_count: few, long segments, as long as the GPU stays busy."""
+    per_sm = 8 if not causal and block > 64 else 4
+    min_rows = 1024 if causal else 8 * block
+    resident = 2 if block <= 64 else 1
+    by_programs = triton.cdiv(per_sm * sms, per_segment)
+    by_rows = triton.cdiv(nc, triton.cdiv(min_rows, quantum))
+    one_wave = max(1, resident * sms // per_segment)
+    return max(1, min(nc, min(by_programs, max(by_rows, one_wave))))
 
 
-def segments(n: int, c: int, programs_per_segment: int, target_programs: int, seg_len: int | None = None):
-    """(G, L): segments of L tokens (a multiple of C) so that G * programs_per_segment reaches about
-    target_programs. seg_len forces L (tests)."""
-    nc = triton.cdiv(n, c)
-    if seg_len is not None:
-        per = max(1, seg_len // c)
-    else:
-        g = min(nc, max(1, triton.cdiv(target_programs, programs_per_segment)))
-        per = triton.cdiv(nc, g)
+def segments(n: int, c: int, g: int, seg_len: int | None = None):
+    """(G, L): about g segments of L tokens (a multiple of C); seg_len forces L (tests)."""
+    nc = max(1, triton.cdiv(n, c))
+    per = max(1, seg_len // c) if seg_len is not None else triton.cdiv(nc, g)
     return triton.cdiv(nc, per), per * c
 
 
@@ -61,7 +62,7 @@ def _st(t: torch.Tensor) -> list[int]:
 
 
 class _Setup:
-    def __init__(self, q, k, v, phi, causal, cos, sin, target_programs, seg_len):
+    def __init__(self, q, k, v, phi, causal, cos, sin, seg_len):
         self.b, self.h, self.n, self.d = q.shape
         self.hkv, self.dv = k.shape[1], v.shape[-1]
         self.n_rep = self.h // self.hkv
@@ -84,12 +85,13 @@ class _Setup:
         self.nt = self.fwd[3]
         # Segments hold whole chunks of the backward's dq / dk kernels too (as csrc's make_plan).
         c_value = VALUE_TILES[self.dtype, block_for(self.dtype, self.dvp)][0]
-        if target_programs is None:  # as csrc: per multiprocessor of the device (an H100/H200's 132)
-            cuda = q.device.type == "cuda"
-            sms = torch.cuda.get_device_properties(q.device).multi_processor_count if cuda else 132
-            target_programs = programs_per_sm(self.bk) * sms
         quantum = max(self.state[0], self.fwd[0], self.dvt[0], c_value)
-        self.g, self.l = segments(self.n, quantum, self.nt * self.h * self.b, target_programs, seg_len)
+        nc = max(1, triton.cdiv(self.n, quantum))
+        per_segment = max(1, self.nt * self.h * self.b)
+        # As csrc, on the device's multiprocessors (an H100/H200's 132 for the interpreter).
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.device.type == "cuda" else 132
+        g = segment_count(nc, quantum, per_segment, self.bk, bool(self.causal), sms)
+        self.g, self.l = segments(self.n, quantum, g, seg_len)
         self.f = self.n_parts * self.d
         self.fd = self.f * self.dv
         self.e = self.fd + self.f
@@ -171,9 +173,9 @@ def _unpad(t: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
-            return_state=False, target_programs=None, seg_len=None):
+            return_state=False, seg_len=None):
     """(out, S_final or None, z_final or None); states fp32 [B, Hkv, F, Dv] and [B, Hkv, F]."""
-    st = _Setup(q, k, v, phi, causal, cos, sin, target_programs, seg_len)
+    st = _Setup(q, k, v, phi, causal, cos, sin, seg_len)
     dev = q.device
     sf = zf = None
     if return_state:
@@ -197,9 +199,9 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
 
 
 def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
-             ds_fin=None, dz_fin=None, state_grad=False, target_programs=None, seg_len=None):
+             ds_fin=None, dz_fin=None, state_grad=False, seg_len=None):
     """(dq, dk, dv, dS0 or None, dz0 or None)."""
-    st = _Setup(q, k, v, phi, causal, cos, sin, target_programs, seg_len)
+    st = _Setup(q, k, v, phi, causal, cos, sin, seg_len)
     dev = q.device
     do = _padded(dout, st.dvp, 0.0)
     states = st.forward_states(s0, z0)

@@ -316,11 +316,28 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cpu(
 
 constexpr int64_t kMaxHeadDim = 256;
 
-// Segments are sized so that the main kernels have about this many programs per multiprocessor:
-// on the H200 (benchmarks/tune_linear_attn.py) 4 was best with 64 features (B4 H16 N4096), 8 with
-// 128 and more (B1 H16 N65536: 2.2 against 2.8 ms), where few heads leave long sequences to split.
-int64_t programs_per_sm(int64_t block) {
-  return block <= 64 ? 4 : 8;
+// The segment count G for nc chunks (of `quantum` rows) and `per_segment` programs per segment
+// (tests/linear_attn_driver.py mirrors it). Every kernel that walks a segment first reads its fp32
+// state (F x Dv), and the state pass writes one per segment for the scan: segments should be few and
+// long, as long as the GPU stays busy. So G is the smaller of
+//   - about `per_sm` programs per multiprocessor (4; 8 for the bidirectional forward at 128
+//     features and more, whose programs are small);
+//   - segments of at least `min_rows` rows (1024 causal; 8 per feature of the block bidirectional,
+//     where the walk carries no state);
+// but at least one wave of the walking kernels (`resident` programs per multiprocessor: two
+// at 64 features, one above). H200 sweep over both knobs (benchmarks/results/linear_attn.md, eighth
+// session): against the old rule (8 or 4 programs per SM, no minimum), causal B4 H16 N4096 D128 fwd
+// 0.390 -> 0.306 ms, fwd+bwd at N2048 D128 1.19 -> 0.90 ms, N4096 1.93 -> 1.66 ms, B1 H16 N65536
+// D128 fwd 1.16 -> 1.10 ms, bidirectional B4 H16 N4096 D128 0.153 -> 0.136 ms.
+int64_t segment_count(int64_t nc, int64_t quantum, int64_t per_segment, int64_t block, bool causal,
+                      int64_t sms) {
+  const int64_t per_sm = !causal && block > 64 ? 8 : 4;
+  const int64_t min_rows = causal ? 1024 : 8 * block;
+  const int64_t resident = block <= 64 ? 2 : 1;
+  const int64_t by_programs = ceil_div(per_sm * sms, per_segment);
+  const int64_t by_rows = ceil_div(nc, ceil_div(min_rows, quantum));
+  const int64_t one_wave = std::max<int64_t>(1, resident * sms / per_segment);
+  return std::clamp<int64_t>(std::min(by_programs, std::max(by_rows, one_wave)), 1, nc);
 }
 
 // Causal calls this short (a decode step: N = 1) take la_decode_kernel, whose program serves all
@@ -435,12 +452,11 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   const int64_t bkv = block_for(p.dtype, p.dvp);
   const int64_t c_value = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat}).C;
   const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value});
-  const int64_t nc = ceil_div(sh.n, quantum);
+  const int64_t nc = std::max<int64_t>(1, ceil_div(sh.n, quantum));
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
-  const int64_t target = programs_per_sm(p.bk) * runtime::multiprocessor_count(q.get_device());
-  const int64_t g = std::clamp<int64_t>(ceil_div(target, per_segment), 1, std::max<int64_t>(nc, 1));
-  const int64_t chunks = ceil_div(std::max<int64_t>(nc, 1), g);
-  p.g = ceil_div(std::max<int64_t>(nc, 1), chunks);
+  const int64_t g = segment_count(nc, quantum, per_segment, p.bk, causal, runtime::multiprocessor_count(q.get_device()));
+  const int64_t chunks = ceil_div(nc, g);
+  p.g = ceil_div(nc, chunks);
   p.l = chunks * quantum;
   p.f = sh.f();
   p.fd = p.f * sh.dv;

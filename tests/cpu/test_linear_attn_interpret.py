@@ -104,7 +104,7 @@ def test_compiled_feature_map_matches_run_time_one(monkeypatch, phi):
             monkeypatch.setattr(drv, "feature_key", lambda phi_kind, n_parts: feat)
         kw = dict(phi=phi, causal=True, seg_len=32)
         runs.append((drv.forward(q, k, v, **kw)[0], *drv.backward(dout, q, k, v, **kw)[:3]))
-    assert drv._Setup(q, k, v, phi, True, None, None, None, None).feat == 0
+    assert drv._Setup(q, k, v, phi, True, None, None, None).feat == 0
     for compiled, generic in zip(*runs):
         assert rel_error(compiled, generic) <= 1e-6
 
@@ -114,7 +114,7 @@ def test_state_kernel_matches_reference(cos):
     b, hkv, n, d, dv = 2, 2, 100, 16, 20
     k, v = torch.randn(b, hkv, n, d), torch.randn(b, hkv, n, dv)
     w = (torch.rand(b, n), torch.rand(b, n)) if cos else None
-    st = drv._Setup(k.repeat(1, 2, 1, 1), k, v, "elu+1", False, *(w or (None, None)), 1, 64)
+    st = drv._Setup(k.repeat(1, 2, 1, 1), k, v, "elu+1", False, *(w or (None, None)), 64)
     parts = 2 if cos else 1
     x = torch.full((b, hkv, st.g, st.ep), float("nan"))
     st.state_sums(x)
@@ -133,7 +133,7 @@ def test_state_kernel_grads_mode_matches_reference(cos):
     v = torch.randn(b, 2, n, dv, generator=g)
     den, dl = torch.rand(b, h, n, generator=g) + 0.5, torch.randn(b, h, n, generator=g)
     w = (torch.rand(b, n, generator=g), torch.rand(b, n, generator=g)) if cos else None
-    st = drv._Setup(q, k, v, "elu+1", True, *(w or (None, None)), 1, 64)
+    st = drv._Setup(q, k, v, "elu+1", True, *(w or (None, None)), 64)
     x = torch.full((b, h, st.g, st.ep), float("nan"))
     st.state_sums(x, do, den, dl, scale)
     qf = K.features_reference(q, 1, w, scale) / den.double()[..., None]
