@@ -147,7 +147,7 @@ def test_state_kernel_grads_mode_matches_reference(cos):
 
 @pytest.mark.parametrize("mode,n_grp", [(0, 1), (1, 2), (2, 2), (2, 1)])
 def test_scan_kernel_matches_reference(mode, n_grp):
-    b, hy, g, fd, f = 2, 2, 37, 300, 20  # G over two GB=16 blocks plus a partial one
+    b, hy, g, fd, f = 2, 2, 37, 300, 20  # G over whole GB blocks (spec.SCAN_CONSTEXPRS) plus a partial one
     e = fd + f
     ep = drv.pad16(e)
     x = torch.randn(b, hy * n_grp, g, ep)
