@@ -109,6 +109,22 @@ def test_compiled_feature_map_matches_run_time_one(monkeypatch, phi):
         assert rel_error(compiled, generic) <= 1e-6
 
 
+@pytest.mark.parametrize("b,h,n,d,causal,g,seg_rows", [
+    (4, 16, 2048, 128, True, 2, 1024),  # causal segments of at least 1024 rows
+    (4, 16, 4096, 64, True, 4, 1024),
+    (4, 16, 2048, 64, True, 4, 512),  # but one wave at two programs per SM at 64 features
+    (1, 16, 65536, 128, True, 32, 2048),  # about 4 programs per SM
+    (4, 16, 4096, 64, False, 8, 512),  # bidirectional: at least 8 rows per feature
+    (4, 16, 4096, 128, False, 4, 1024),
+])
+def test_segment_rule(b, h, n, d, causal, g, seg_rows):
+    """The segment counts the H200 sweep measured best (benchmarks/results/linear_attn.md, eighth
+    session), as the driver computes them like csrc's segment_count (132 multiprocessors here)."""
+    q = torch.empty(b, h, n, d, dtype=torch.bfloat16)
+    st = drv._Setup(q, q, q, "elu+1", causal, None, None, None)
+    assert (st.g, st.l) == (g, seg_rows)
+
+
 @pytest.mark.parametrize("cos", [False, True])
 def test_state_kernel_matches_reference(cos):
     b, hkv, n, d, dv = 2, 2, 100, 16, 20
