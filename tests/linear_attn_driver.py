@@ -38,12 +38,11 @@ def segment_count(nc: int, quantum: int, per_segment: int, block: int, causal: b
     by_programs = triton.cdiv(per_sm * sms, per_segment)
     by_rows = triton.cdiv(nc, triton.cdiv(min_rows, quantum))
     one_wave = max(1, resident * sms // per_segment)
-    return max(1, min(nc, min(by_programs, max(by_rows, one_wave))))
+    return min(nc, by_programs, max(by_rows, one_wave))
 
 
-def segments(n: int, c: int, g: int, seg_len: int | None = None):
-    """(G, L): about g segments of L tokens (a multiple of C); seg_len forces L (tests)."""
-    nc = max(1, triton.cdiv(n, c))
+def segments(nc: int, c: int, g: int, seg_len: int | None = None):
+    """(G, L) for nc chunks of C tokens: about g segments of L tokens; seg_len forces L (tests)."""
     per = max(1, seg_len // c) if seg_len is not None else triton.cdiv(nc, g)
     return triton.cdiv(nc, per), per * c
 
@@ -91,7 +90,7 @@ class _Setup:
         # As csrc, on the device's multiprocessors (an H100/H200's 132 for the interpreter).
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.device.type == "cuda" else 132
         g = segment_count(nc, quantum, per_segment, self.bk, bool(self.causal), sms)
-        self.g, self.l = segments(self.n, quantum, g, seg_len)
+        self.g, self.l = segments(nc, quantum, g, seg_len)
         self.f = self.n_parts * self.d
         self.fd = self.f * self.dv
         self.e = self.fd + self.f

@@ -337,7 +337,7 @@ int64_t segment_count(int64_t nc, int64_t quantum, int64_t per_segment, int64_t 
   const int64_t by_programs = ceil_div(per_sm * sms, per_segment);
   const int64_t by_rows = ceil_div(nc, ceil_div(min_rows, quantum));
   const int64_t one_wave = std::max<int64_t>(1, resident * sms / per_segment);
-  return std::clamp<int64_t>(std::min(by_programs, std::max(by_rows, one_wave)), 1, nc);
+  return std::min({nc, by_programs, std::max(by_rows, one_wave)});
 }
 
 // Causal calls this short (a decode step: N = 1) take la_decode_kernel, whose program serves all
@@ -452,7 +452,7 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   const int64_t bkv = block_for(p.dtype, p.dvp);
   const int64_t c_value = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat}).C;
   const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value});
-  const int64_t nc = std::max<int64_t>(1, ceil_div(sh.n, quantum));
+  const int64_t nc = ceil_div(sh.n, quantum);  // N >= 1: the callers return early on empty inputs
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
   const int64_t g = segment_count(nc, quantum, per_segment, p.bk, causal, runtime::multiprocessor_count(q.get_device()));
   const int64_t chunks = ceil_div(nc, g);
