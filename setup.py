@@ -55,6 +55,8 @@ class CMakeBuild(build_ext):
         dest = Path(self.get_ext_fullpath(ext.name))
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(build_dir / "libneuralops.so", dest)
+        # The Python fast path (csrc/python/fastcall.cpp), a module of the package itself.
+        shutil.copyfile(build_dir / "_fastcall.so", dest.parent.parent / "_fastcall.so")
 
 
 setup(ext_modules=[CMakeExtension("neuralops.lib.libneuralops")], cmdclass={"build_ext": CMakeBuild})

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from neuralops._library import Op  # noqa: E402
 from neuralops.core.triton_kernels import gqa, linear_attn, low_rank  # noqa: E402
 
 
@@ -36,9 +37,12 @@ def main() -> None:
     q = torch.randn(1, 1, 8, 16, dtype=torch.bfloat16)
     x, U, V, b = torch.randn(16, 64), torch.randn(32, 8), torch.randn(8, 64), torch.randn(32)
     kv = torch.randn(1, 2, 8, 16, dtype=torch.bfloat16)
-    linear_attn._FWD_OP = lambda *args: (q, q, q)
-    low_rank._FWD_OP = lambda *args, **kwargs: x
-    gqa._OPS = {"gqa_fwd": lambda *args: (kv, kv)}
+    def stub(result: object) -> Op:
+        return Op(lambda *args, **kwargs: result, lambda *args: result)
+
+    linear_attn._FWD = stub((q, q, q))
+    low_rank._FWD = stub(x)
+    gqa._OPS = {"gqa_fwd": stub((kv, kv))}
     for module in (linear_attn, low_rank, gqa):
         module.kernels_ready = lambda tensor: True
     rows = [

@@ -6,18 +6,17 @@ namespace neuralops::gqa {
 namespace {
 
 using Pair = std::tuple<at::Tensor, at::Tensor>;
-using Signature = Pair(const at::Tensor&, const at::Tensor&, int64_t, int64_t);
 
 }  // namespace
 
 Pair fwd(const at::Tensor& k, const at::Tensor& v, int64_t num_kv_heads, int64_t num_heads) {
-  static auto handle = ops::op<Signature>("neuralops::gqa_fwd");
+  static auto handle = ops::op<ops::GqaFwd>();
   return handle.call(k, v, num_kv_heads, num_heads);
 }
 
 Pair bwd(const at::Tensor& grad_k, const at::Tensor& grad_v, int64_t num_kv_heads,
          int64_t num_heads) {
-  static auto handle = ops::op<Signature>("neuralops::gqa_bwd");
+  static auto handle = ops::op<ops::GqaBwd>();
   return handle.call(grad_k, grad_v, num_kv_heads, num_heads);
 }
 

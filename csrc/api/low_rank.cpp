@@ -12,16 +12,13 @@ using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, OptTensor>;
 
 at::Tensor fwd(const at::Tensor& x, const at::Tensor& U, const at::Tensor& V, const OptTensor& bias,
                const std::string& backend) {
-  static auto handle = ops::op<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                          const OptTensor&, c10::string_view)>("neuralops::low_rank_fwd");
+  static auto handle = ops::op<ops::LowRankFwd>();
   return handle.call(x, U, V, bias, backend);
 }
 
 Grads bwd(const at::Tensor& x, const at::Tensor& U, const at::Tensor& V, const at::Tensor& grad_out,
           const OptTensor& bias, const std::string& backend) {
-  static auto handle =
-      ops::op<Grads(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                    const OptTensor&, bool, c10::string_view)>("neuralops::low_rank_bwd");
+  static auto handle = ops::op<ops::LowRankBwd>();
   return handle.call(x, U, V, grad_out, std::nullopt, bias.has_value(), backend);
 }
 

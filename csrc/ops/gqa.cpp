@@ -13,6 +13,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <type_traits>
+
 #include "gqa_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/launch_utils.h"
@@ -123,8 +125,7 @@ using Pair = std::tuple<at::Tensor, at::Tensor>;
 
 template <bool kExpand>
 Pair call_op(const at::Tensor& a, const at::Tensor& b, int64_t num_kv_heads, int64_t num_heads) {
-  static auto handle = op<Pair(const at::Tensor&, const at::Tensor&, int64_t, int64_t)>(
-      kExpand ? "neuralops::gqa_fwd" : "neuralops::gqa_bwd");
+  static auto handle = op<std::conditional_t<kExpand, GqaFwd, GqaBwd>>();
   return handle.call(a, b, num_kv_heads, num_heads);
 }
 
@@ -153,8 +154,12 @@ class GqaAutograd : public torch::autograd::Function<GqaAutograd<kExpand>> {
 };
 
 template <bool kExpand>
-Pair autograd_pair(const at::Tensor& a, const at::Tensor& b, int64_t num_kv_heads,
+Pair autograd_pair(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, int64_t num_kv_heads,
                    int64_t num_heads) {
+  if (!at::GradMode::is_enabled() || !(a.requires_grad() || b.requires_grad())) {
+    return redispatch_below_autograd<std::conditional_t<kExpand, GqaFwd, GqaBwd>>(ks, a, b, num_kv_heads,
+                                                                                  num_heads);
+  }
   auto out = GqaAutograd<kExpand>::apply(a, b, num_kv_heads, num_heads);
   return {out[0], out[1]};
 }

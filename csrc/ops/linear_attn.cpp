@@ -2,14 +2,15 @@
 // math: triton_src/linear_attn/kernels.py; specializations built: triton_src/linear_attn/spec.py.
 //
 //   linear_attn_fwd(q [B, H, N, D], k [B, Hkv, N, D], v [B, Hkv, N, Dv], cos?, sin?, S0?, z0?,
-//                   phi, causal, eps, scale, return_state) -> (out [B, H, N, Dv], S, z)
+//                   phi, causal, eps, scale, return_state) -> (out [B, H, N, Dv], S?, z?)
 //   linear_attn_bwd(grad_out, q, k, v, cos?, sin?, S0?, z0?, grad_S?, grad_z?, phi, causal, eps,
-//                   scale, state_grad) -> (dq, dk, dv, dS0, dz0)
+//                   scale, state_grad) -> (dq, dk, dv, dS0?, dz0?)
 //
 // phi is "elu+1", "relu", "identity" or "softmax_free" (identity features, no normalizer). States
 // are fp32 (fp64 for fp64 inputs on CPU): S [B, Hkv, D, Dv] and z [B, Hkv, D], with a part
-// dimension of 2 after Hkv under Cosformer (cos and sin weights [N] or [B, N]). S and z come back
-// empty unless return_state; dS0 and dz0 unless state_grad. No gradient flows to the weights.
+// dimension of 2 after Hkv under Cosformer (cos and sin weights [N] or [B, N]). S and z are None
+// unless return_state, dS0 and dz0 unless state_grad (two allocations less per call: host time).
+// No gradient flows to the weights.
 //
 // CUDA takes fp16, bf16 and fp32 with D, Dv <= 256 (D <= 128 under Cosformer); inputs may have any
 // strides with a unit last stride: a transposed [B, N, H, D] view is read in place. An input whose
@@ -46,6 +47,8 @@ namespace {
 
 using at::Tensor;
 using OptTensor = std::optional<Tensor>;
+using FwdResult = std::tuple<Tensor, OptTensor, OptTensor>;
+using BwdResult = std::tuple<Tensor, Tensor, Tensor, OptTensor, OptTensor>;
 
 // ---- argument checks (both devices) ------------------------------------------------------------
 
@@ -195,10 +198,9 @@ Tensor user_state_view(const Tensor& flat, const Shape& sh, bool is_z) {
   return flat.reshape(shape).contiguous();
 }
 
-std::tuple<Tensor, Tensor, Tensor> fwd_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
-                                           const OptTensor& sin, const OptTensor& s0, const OptTensor& z0,
-                                           const Shape& sh, Phi phi, bool causal, double eps, double scale,
-                                           bool return_state) {
+FwdResult fwd_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
+                  const OptTensor& s0, const OptTensor& z0, const Shape& sh, Phi phi, bool causal, double eps,
+                  double scale, bool return_state) {
   const auto dt = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t r = sh.h / sh.hkv, f = sh.f();
   const auto w = cpu_weights(cos, sin, dt);
@@ -232,12 +234,12 @@ std::tuple<Tensor, Tensor, Tensor> fwd_cpu(const Tensor& q, const Tensor& k, con
   }
   Tensor result = out.reshape({sh.b, sh.h, sh.n, sh.dv}).to(q.scalar_type());
   if (!return_state) {
-    return {result, at::empty({0}, qf.options()), at::empty({0}, qf.options())};
+    return {result, std::nullopt, std::nullopt};
   }
   return {result, user_state_view(s, sh, false), user_state_view(z, sh, true)};
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cpu(
+BwdResult bwd_cpu(
     const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
     const OptTensor& s0, const OptTensor& z0, const OptTensor& ds_fin, const OptTensor& dz_fin, const Shape& sh, Phi phi,
     bool causal, double eps, double scale, bool state_grad) {
@@ -307,7 +309,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cpu(
   Tensor dk = feature_grad(dkf, k32, phi.kind, 1.0, w).to(k.scalar_type());
   Tensor dvo = dv.reshape({sh.b, sh.hkv, sh.n, sh.dv}).to(v.scalar_type());
   if (!state_grad) {
-    return {dq, dk, dvo, at::empty({0}, qf.options()), at::empty({0}, qf.options())};
+    return {dq, dk, dvo, std::nullopt, std::nullopt};
   }
   return {dq, dk, dvo, user_state_view(rs, sh, false), user_state_view(rho, sh, true)};
 }
@@ -546,6 +548,10 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
   return {base, base + p.fd, p.g * p.ep, seg_g, p.g * p.ep, seg_g, 1};
 }
 
+OptTensor if_defined(const Tensor& t) {
+  return t.defined() ? OptTensor(t) : std::nullopt;
+}
+
 std::vector<int64_t> state_shape(const Shape& sh, bool is_z) {
   std::vector<int64_t> s{sh.b, sh.hkv};
   if (sh.parts == 2) s.push_back(2);
@@ -554,20 +560,19 @@ std::vector<int64_t> state_shape(const Shape& sh, bool is_z) {
   return s;
 }
 
-std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
-                                            const OptTensor& sin, const OptTensor& s0_in, const OptTensor& z0_in,
-                                            const Shape& sh, Phi phi, bool causal, double eps, double scale,
-                                            bool return_state) {
+FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
+                   const OptTensor& s0_in, const OptTensor& z0_in, const Shape& sh, Phi phi, bool causal, double eps,
+                   double scale, bool return_state) {
   c10::DeviceGuard guard(q.device());
   const auto f32 = q.options().dtype(at::kFloat);
-  Tensor sf = return_state ? at::empty(state_shape(sh, false), f32) : at::empty({0}, f32);
-  Tensor zf = return_state ? at::empty(state_shape(sh, true), f32) : at::empty({0}, f32);
+  Tensor sf = return_state ? at::empty(state_shape(sh, false), f32) : Tensor();
+  Tensor zf = return_state ? at::empty(state_shape(sh, true), f32) : Tensor();
   if (sh.b * sh.h * sh.n == 0) {
     if (return_state) {
       s0_in ? sf.copy_(*s0_in) : sf.zero_();
       z0_in ? zf.copy_(*z0_in) : zf.zero_();
     }
-    return {at::empty({sh.b, sh.h, sh.n, sh.dv}, q.options()), sf, zf};
+    return {at::empty({sh.b, sh.h, sh.n, sh.dv}, q.options()), if_defined(sf), if_defined(zf)};
   }
   const OptTensor s0 = s0_in ? OptTensor(s0_in->contiguous()) : std::nullopt;
   const OptTensor z0 = z0_in ? OptTensor(z0_in->contiguous()) : std::nullopt;
@@ -584,7 +589,7 @@ std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, co
                    return_state, static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2),
                    st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0), st(out, 1),
                    st(out, 2), p.w.stride_b, p.fd, p.f);
-    return {unpad(out, sh.dv), sf, zf};
+    return {unpad(out, sh.dv), if_defined(sf), if_defined(zf)};
   }
   const bool single = causal && p.g == 1;
   Tensor buffer;
@@ -599,23 +604,23 @@ std::tuple<Tensor, Tensor, Tensor> fwd_cuda(const Tensor& q, const Tensor& k, co
               static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
               st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0), st(out, 1), st(out, 2),
               p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
-  return {unpad(out, sh.dv), sf, zf};
+  return {unpad(out, sh.dv), if_defined(sf), if_defined(zf)};
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
+BwdResult bwd_cuda(
     const Tensor& dout_in, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
     const OptTensor& sin, const OptTensor& s0_in, const OptTensor& z0_in, const OptTensor& dsf_in,
     const OptTensor& dzf_in, const Shape& sh, Phi phi, bool causal, double eps, double scale, bool state_grad) {
   c10::DeviceGuard guard(q.device());
   const auto f32 = q.options().dtype(at::kFloat);
-  Tensor ds0 = state_grad ? at::empty(state_shape(sh, false), f32) : at::empty({0}, f32);
-  Tensor dz0 = state_grad ? at::empty(state_shape(sh, true), f32) : at::empty({0}, f32);
+  Tensor ds0 = state_grad ? at::empty(state_shape(sh, false), f32) : Tensor();
+  Tensor dz0 = state_grad ? at::empty(state_shape(sh, true), f32) : Tensor();
   if (sh.b * sh.h * sh.n == 0) {
     if (state_grad) {
       dsf_in ? ds0.copy_(*dsf_in) : ds0.zero_();
       dzf_in ? dz0.copy_(*dzf_in) : dz0.zero_();
     }
-    return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), ds0, dz0};
+    return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), if_defined(ds0), if_defined(dz0)};
   }
   auto contig = [](const OptTensor& t) { return t ? OptTensor(t->contiguous()) : std::nullopt; };
   const OptTensor s0 = contig(s0_in), z0 = contig(z0_in), dsf = contig(dsf_in), dzf = contig(dzf_in);
@@ -689,15 +694,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> bwd_cuda(
                  static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
                  st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dk, 0), st(dk, 1),
                  st(dk, 2), p.w.stride_b, rev.s_bh, rev.s_g, rev.z_bh, rev.z_g);
-  return {unpad(dq, sh.d), unpad(dk, sh.d), unpad(dv, sh.dv), ds0, dz0};
+  return {unpad(dq, sh.d), unpad(dk, sh.d), unpad(dv, sh.dv), if_defined(ds0), if_defined(dz0)};
 }
 
 // ---- the ops ------------------------------------------------------------------------------------
 
-std::tuple<Tensor, Tensor, Tensor> linear_attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                   const OptTensor& cos, const OptTensor& sin, const OptTensor& s0,
-                                                   const OptTensor& z0, c10::string_view phi, bool causal, double eps,
-                                                   double scale, bool return_state) {
+FwdResult linear_attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
+                          const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, c10::string_view phi,
+                          bool causal, double eps, double scale, bool return_state) {
   const Phi ph = parse_phi(std::string_view(phi.data(), phi.size()));
   const Shape sh = check_inputs(q, k, v, cos, sin);
   check_state(s0, z0, sh, q, "initial_S", "initial_z");
@@ -707,7 +711,7 @@ std::tuple<Tensor, Tensor, Tensor> linear_attn_fwd(const Tensor& q, const Tensor
   return fwd_cpu(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state);
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_attn_bwd(
+BwdResult linear_attn_bwd(
     const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
     const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, const OptTensor& grad_s, const OptTensor& grad_z,
     c10::string_view phi, bool causal, double eps, double scale, bool state_grad) {
@@ -733,10 +737,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_attn_bwd(
 TORCH_LIBRARY_FRAGMENT(neuralops, m) {
   m.def("linear_attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? cos_weight, Tensor? sin_weight, "
         "Tensor? initial_S, Tensor? initial_z, str phi, bool causal, float eps, float scale, bool return_state) "
-        "-> (Tensor, Tensor, Tensor)");
+        "-> (Tensor, Tensor?, Tensor?)");
   m.def("linear_attn_bwd(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor? cos_weight, Tensor? sin_weight, "
         "Tensor? initial_S, Tensor? initial_z, Tensor? grad_S, Tensor? grad_z, str phi, bool causal, float eps, "
-        "float scale, bool state_grad) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "float scale, bool state_grad) -> (Tensor, Tensor, Tensor, Tensor?, Tensor?)");
 }
 
 TORCH_LIBRARY_IMPL(neuralops, CUDA, m) {

@@ -2,6 +2,7 @@
 // and a call runs no Python beyond the API's checks. Gradients reach q, k, v and the initial state;
 // the Cosformer weights get none (documented). The backward is linear_attn_bwd.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
@@ -17,30 +18,23 @@ namespace neuralops::ops {
 namespace {
 
 using OptTensor = std::optional<at::Tensor>;
-using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-using Five = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using FwdResult = std::tuple<at::Tensor, OptTensor, OptTensor>;
+using BwdResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, OptTensor, OptTensor>;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-Triple call_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& cos,
+FwdResult call_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& cos,
                 const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, c10::string_view phi,
                 bool causal, double eps, double scale, bool return_state) {
-  static auto handle =
-      op<Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&,
-                const OptTensor&, const OptTensor&, const OptTensor&, c10::string_view, bool, double,
-                double, bool)>("neuralops::linear_attn_fwd");
+  static auto handle = op<LinearAttnFwd>();
   return handle.call(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state);
 }
 
-Five call_bwd(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+BwdResult call_bwd(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
               const at::Tensor& v, const OptTensor& cos, const OptTensor& sin, const OptTensor& s0,
               const OptTensor& z0, const OptTensor& grad_s, const OptTensor& grad_z,
               c10::string_view phi, bool causal, double eps, double scale, bool state_grad) {
-  static auto handle =
-      op<Five(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
-              const OptTensor&, const OptTensor&, c10::string_view, bool, double, double, bool)>(
-          "neuralops::linear_attn_bwd");
+  static auto handle = op<LinearAttnBwd>();
   return handle.call(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi, causal, eps, scale,
                      state_grad);
 }
@@ -70,7 +64,10 @@ class LinearAttnFunction : public torch::autograd::Function<LinearAttnFunction> 
     ctx->saved_data["state_grad"] = requires_grad(s0) || requires_grad(z0);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, s, z] = call_fwd(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state);
-    return {out, s, z};
+    // Autograd's output wrapping takes defined tensors only: empty ones stand for the absent states
+    // here, and fwd_autograd returns None for them again.
+    const auto absent = [&] { return at::empty({0}, q.options().dtype(at::kFloat)); };
+    return {out, s ? *s : absent(), z ? *z : absent()};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -95,11 +92,11 @@ class LinearAttnFunction : public torch::autograd::Function<LinearAttnFunction> 
     auto [dq, dk, dv, ds0, dz0] = call_bwd(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi,
                                            causal, eps, scale, state_grad);
     if (!state_grad) {
-      ds0 = dz0 = at::Tensor();
+      ds0 = dz0 = std::nullopt;
     }
     // One gradient per forward argument: none for the weights and the non-tensor options.
-    return {dq,           dk,           dv,           at::Tensor(), at::Tensor(), ds0,
-            dz0,          at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dq,           dk,           dv,           at::Tensor(), at::Tensor(), ds0.value_or(at::Tensor()),
+            dz0.value_or(at::Tensor()), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 
  private:
@@ -119,19 +116,22 @@ class LinearAttnFunction : public torch::autograd::Function<LinearAttnFunction> 
   }
 };
 
-Triple fwd_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                    const OptTensor& cos, const OptTensor& sin, const OptTensor& s0,
-                    const OptTensor& z0, c10::string_view phi, bool causal, double eps,
-                    double scale, bool return_state) {
+FwdResult fwd_autograd(c10::DispatchKeySet ks, const at::Tensor& q, const at::Tensor& k,
+                       const at::Tensor& v, const OptTensor& cos, const OptTensor& sin,
+                       const OptTensor& s0, const OptTensor& z0, c10::string_view phi, bool causal,
+                       double eps, double scale, bool return_state) {
   const bool grad = at::GradMode::is_enabled() &&
       (q.requires_grad() || k.requires_grad() || v.requires_grad() || requires_grad(s0) ||
        requires_grad(z0));
   if (!grad) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return call_fwd(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state);
+    return redispatch_below_autograd<LinearAttnFwd>(ks, q, k, v, cos, sin, s0, z0, phi, causal, eps,
+                                                    scale, return_state);
   }
   auto out = LinearAttnFunction::apply(q, k, v, cos, sin, s0, z0, std::string(phi), causal, eps,
                                        scale, return_state);
+  if (!return_state) {
+    return {out[0], std::nullopt, std::nullopt};
+  }
   return {out[0], out[1], out[2]};
 }
 

@@ -28,28 +28,16 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, OptTensor>;
 
-at::Tensor call_fwd(const at::Tensor& x, const at::Tensor& U, const at::Tensor& V,
-                    const OptTensor& bias, c10::string_view backend) {
-  static auto handle = op<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                     const OptTensor&, c10::string_view)>("neuralops::low_rank_fwd");
-  return handle.call(x, U, V, bias, backend);
-}
-
 std::tuple<at::Tensor, at::Tensor> call_fwd_hidden(const at::Tensor& x, const at::Tensor& U,
                                                    const at::Tensor& V, const OptTensor& bias,
                                                    c10::string_view backend) {
-  static auto handle =
-      op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                            const OptTensor&, c10::string_view)>(
-          "neuralops::low_rank_fwd_hidden");
+  static auto handle = op<LowRankFwdHidden>();
   return handle.call(x, U, V, bias, backend);
 }
 
 Grads call_bwd(const at::Tensor& x, const at::Tensor& U, const at::Tensor& V, const at::Tensor& g,
                const OptTensor& hidden, bool bias_grad, c10::string_view backend) {
-  static auto handle =
-      op<Grads(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-               const OptTensor&, bool, c10::string_view)>("neuralops::low_rank_bwd");
+  static auto handle = op<LowRankBwd>();
   return handle.call(x, U, V, g, hidden, bias_grad, backend);
 }
 
@@ -99,7 +87,7 @@ variable_list backward_forward(AutogradContext* ctx, const at::Tensor& grad_y,
   return {dx, dU, dV, dbias.value_or(at::Tensor()), at::Tensor()};
 }
 
-class LowRankFwd : public torch::autograd::Function<LowRankFwd> {
+class LowRankFwdFunction : public torch::autograd::Function<LowRankFwdFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& U,
                                const at::Tensor& V, const OptTensor& bias, std::string backend) {
@@ -114,7 +102,7 @@ class LowRankFwd : public torch::autograd::Function<LowRankFwd> {
   }
 };
 
-class LowRankFwdHidden : public torch::autograd::Function<LowRankFwdHidden> {
+class LowRankFwdHiddenFunction : public torch::autograd::Function<LowRankFwdHiddenFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& U,
                                const at::Tensor& V, const OptTensor& bias, std::string backend) {
@@ -130,7 +118,7 @@ class LowRankFwdHidden : public torch::autograd::Function<LowRankFwdHidden> {
   }
 };
 
-class LowRankBwd : public torch::autograd::Function<LowRankBwd> {
+class LowRankBwdFunction : public torch::autograd::Function<LowRankBwdFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& U,
                                const at::Tensor& V, const at::Tensor& g, const OptTensor& hidden,
@@ -176,30 +164,28 @@ class LowRankBwd : public torch::autograd::Function<LowRankBwd> {
   }
 };
 
-at::Tensor fwd_autograd(const at::Tensor& x, const at::Tensor& U, const at::Tensor& V,
-                        const OptTensor& bias, c10::string_view backend) {
+at::Tensor fwd_autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::Tensor& U,
+                        const at::Tensor& V, const OptTensor& bias, c10::string_view backend) {
   if (!needs_grad({&x, &U, &V}, bias)) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return call_fwd(x, U, V, bias, backend);
+    return redispatch_below_autograd<LowRankFwd>(ks, x, U, V, bias, backend);
   }
-  return LowRankFwd::apply(x, U, V, bias, std::string(backend))[0];
+  return LowRankFwdFunction::apply(x, U, V, bias, std::string(backend))[0];
 }
 
 std::tuple<at::Tensor, at::Tensor> fwd_hidden_autograd(const at::Tensor& x, const at::Tensor& U,
                                                        const at::Tensor& V, const OptTensor& bias,
                                                        c10::string_view backend) {
-  auto out = LowRankFwdHidden::apply(x, U, V, bias, std::string(backend));
+  auto out = LowRankFwdHiddenFunction::apply(x, U, V, bias, std::string(backend));
   return {out[0], out[1]};
 }
 
-Grads bwd_autograd(const at::Tensor& x, const at::Tensor& U, const at::Tensor& V,
-                   const at::Tensor& g, const OptTensor& hidden, bool bias_grad,
+Grads bwd_autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::Tensor& U,
+                   const at::Tensor& V, const at::Tensor& g, const OptTensor& hidden, bool bias_grad,
                    c10::string_view backend) {
   if (!needs_grad({&x, &U, &V, &g}, hidden)) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return call_bwd(x, U, V, g, hidden, bias_grad, backend);
+    return redispatch_below_autograd<LowRankBwd>(ks, x, U, V, g, hidden, bias_grad, backend);
   }
-  auto out = LowRankBwd::apply(x, U, V, g, hidden, bias_grad, std::string(backend));
+  auto out = LowRankBwdFunction::apply(x, U, V, g, hidden, bias_grad, std::string(backend));
   return {out[0], out[1], out[2], bias_grad ? OptTensor(out[3]) : std::nullopt};
 }
 

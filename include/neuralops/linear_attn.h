@@ -33,7 +33,7 @@ struct Options {
 
 struct Result {
   at::Tensor out;
-  at::Tensor S, z;  // the final state when return_state, else empty
+  at::Tensor S, z;  // the final state when return_state, else undefined
 };
 
 // Differentiable: libtorch autograd records it when q, k, v or the initial state require grad.

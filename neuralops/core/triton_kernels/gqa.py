@@ -135,7 +135,8 @@ def _dispatch(a, b, num_kv_heads, num_heads, op_name, names, heads, heads_name, 
     """The op where _on_kernels says so (it checks its arguments itself); else the checks here, then
     the inputs as they are (equal head counts) or the fallback."""
     if num_kv_heads != num_heads and _on_kernels(a, b, num_kv_heads, num_heads):
-        return _OPS[op_name](a, b, num_kv_heads, num_heads)
+        op = _OPS[op_name]
+        return (op.overload if torch.compiler.is_compiling() else op.eager)(a, b, num_kv_heads, num_heads)
     _check_heads(num_kv_heads, num_heads)
     _check_pair(a, b, heads, names, heads_name)
     if num_kv_heads == num_heads:
@@ -143,9 +144,8 @@ def _dispatch(a, b, num_kv_heads, num_heads, op_name, names, heads, heads_name, 
     return fallback(a, b, num_kv_heads, num_heads)
 
 
-# The ops' one overloads, looked up once: calling one costs a few microseconds less than calling its
-# overload packet (torch.ops.neuralops.gqa_fwd), which picks the overload on every call.
-_OPS = {name: getattr(torch.ops.neuralops, name).default for name in ("gqa_fwd", "gqa_bwd")} if _library.LOADED else {}
+# The ops, looked up once: their overloads for torch.compile, and the eager fast path (_library.op).
+_OPS = {name: _library.op(name) for name in ("gqa_fwd", "gqa_bwd")} if _library.LOADED else {}
 
 
 def _register() -> None:

@@ -304,7 +304,8 @@ def fwd(
     if not _on_kernels(q, k, v, cos_weight):
         return linear_attn_pytorch_fallback(q, k, v, is_causal, phi, eps, cos_weight, sin_weight, **kwargs)
     s0, z0 = _state_args(q, state)
-    out, s, z = _FWD_OP(q, k, v, cos_weight, sin_weight, s0, z0, phi, bool(is_causal), float(eps), scale, return_state)
+    call = _FWD.overload if torch.compiler.is_compiling() else _FWD.eager
+    out, s, z = call(q, k, v, cos_weight, sin_weight, s0, z0, phi, bool(is_causal), float(eps), scale, return_state)
     return (out, LinearAttnState(s, z)) if return_state else out
 
 
@@ -324,7 +325,8 @@ def bwd(
     scale, state, _ = _options(kwargs, "bwd")
     if _on_kernels(q, k, v, cos_weight):
         s0, z0 = _state_args(q, state)
-        dq, dk, dv, _, _ = _BWD_OP(
+        call = _BWD.overload if torch.compiler.is_compiling() else _BWD.eager
+        dq, dk, dv, _, _ = call(
             grad_out, q, k, v, cos_weight, sin_weight, s0, z0, None, None, phi, bool(is_causal), float(eps), scale,
             False)
         return dq, dk, dv
@@ -336,10 +338,9 @@ def bwd(
     return dq, dk, dv
 
 
-# The ops' one overload, looked up once: calling it costs a few microseconds less than calling the
-# overload packet (torch.ops.neuralops.linear_attn_fwd), which picks the overload on every call.
-_FWD_OP = torch.ops.neuralops.linear_attn_fwd.default if _library.LOADED else None
-_BWD_OP = torch.ops.neuralops.linear_attn_bwd.default if _library.LOADED else None
+# The ops, looked up once: their overloads for torch.compile, and the eager fast path (_library.op).
+_FWD = _library.op("linear_attn_fwd") if _library.LOADED else None
+_BWD = _library.op("linear_attn_bwd") if _library.LOADED else None
 
 
 def _register() -> None:
@@ -353,7 +354,7 @@ def _register() -> None:
         dt = _state_dtype(q)
         out = q.new_empty(q.shape[0], q.shape[1], q.shape[2], v.shape[3])
         if not return_state:
-            return out, q.new_empty(0, dtype=dt), q.new_empty(0, dtype=dt)
+            return out, None, None
         return out, q.new_empty(s_shape, dtype=dt), q.new_empty(z_shape, dtype=dt)
 
     def fake_bwd(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi, causal, eps, scale, state_grad):
@@ -366,7 +367,7 @@ def _register() -> None:
                  torch.empty_like(k, memory_format=torch.contiguous_format),
                  torch.empty_like(v, memory_format=torch.contiguous_format))
         if not state_grad:
-            return (*grads, q.new_empty(0, dtype=dt), q.new_empty(0, dtype=dt))
+            return (*grads, None, None)
         return (*grads, q.new_empty(s_shape, dtype=dt), q.new_empty(z_shape, dtype=dt))
 
     torch.library.register_fake("neuralops::linear_attn_fwd", fake_fwd)

@@ -183,7 +183,9 @@ def fwd(
     """
     backend = _parse_kwargs(kwargs, "fwd") if kwargs else "auto"
     if _on_kernels(x, U, V, bias):
-        return _FWD_OP(x, U, V, bias, backend=backend)
+        if torch.compiler.is_compiling():
+            return _FWD.overload(x, U, V, bias, backend=backend)
+        return _FWD.eager(x, U, V, bias, backend)
     _check_inputs(x, U, V, bias)
     return low_rank_pytorch_fallback(x, U, V, bias)
 
@@ -206,12 +208,14 @@ def bwd(
     _check_grad_out(x, U, grad_out)
     if not is_supported(x, U, V, bias):
         return low_rank_bwd_pytorch_fallback(x, U, V, grad_out, bias)
-    return torch.ops.neuralops.low_rank_bwd(x, U, V, grad_out, None, bias is not None, backend=backend)
+    if torch.compiler.is_compiling():
+        return _BWD.overload(x, U, V, grad_out, None, bias is not None, backend=backend)
+    return _BWD.eager(x, U, V, grad_out, None, bias is not None, backend)
 
 
-# The op's one overload, looked up once: calling it costs a few microseconds less than calling the
-# overload packet (torch.ops.neuralops.low_rank_fwd), which picks the overload on every call.
-_FWD_OP = torch.ops.neuralops.low_rank_fwd.default if _library.LOADED else None
+# The ops, looked up once: their overloads for torch.compile, and the eager fast path (_library.op).
+_FWD = _library.op("low_rank_fwd") if _library.LOADED else None
+_BWD = _library.op("low_rank_bwd") if _library.LOADED else None
 
 
 def _register() -> None:
