@@ -41,6 +41,15 @@ def segment_count(nc: int, quantum: int, per_segment: int, block: int, causal: b
     return min(nc, by_programs, max(by_rows, one_wave))
 
 
+FOLD_MAX_SEGMENTS = 4  # csrc/ops/linear_attn.cpp kFoldMaxSegments
+
+
+def fold_scan(g: int, causal: bool, built: bool, has_initial_state: bool, returns_total: bool) -> bool:
+    """csrc/ops/linear_attn.cpp fold_scan: few segments and no initial state skip the scan, in the
+    variants built to fold it (`built`)."""
+    return 1 < g <= FOLD_MAX_SEGMENTS and built and not has_initial_state and (causal or not returns_total)
+
+
 def segments(nc: int, c: int, g: int, seg_len: int | None = None):
     """(G, L) for nc chunks of C tokens: about g segments of L tokens; seg_len forces L (tests)."""
     per = max(1, seg_len // c) if seg_len is not None else triton.cdiv(nc, g)
@@ -83,7 +92,11 @@ class _Setup:
                                           for t in (STATE_TILES, fwd_tiles(self.causal), TILES))
         self.nt = self.fwd[3]
         # Segments hold whole chunks of the backward's dq / dk kernels too (as csrc's make_plan).
-        c_value = VALUE_TILES[self.dtype, block_for(self.dtype, self.dvp)][0]
+        bkv = block_for(self.dtype, self.dvp)
+        c_value, bf = VALUE_TILES[self.dtype, bkv][:2]
+        # The variants built to fold the scan (kernels.FOLD_MAX_BLOCK), as csrc's make_plan.
+        self.fold_fwd = max(self.bk, self.fwd[1]) <= K.FOLD_MAX_BLOCK.value
+        self.fold_bwd = self.fold_fwd and max(bf, bkv) <= K.FOLD_MAX_BLOCK.value
         quantum = max(self.state[0], self.fwd[0], self.dvt[0], c_value)
         nc = max(1, triton.cdiv(self.n, quantum))
         per_segment = max(1, self.nt * self.h * self.b)
@@ -111,17 +124,24 @@ class _Setup:
     def dims(self):
         return (self.dp, self.dvp, self.d, self.dv)
 
-    def forward_states(self, s0, z0, total_s=None, total_z=None):
+    def folds(self, s0, returns_total: bool, backward: bool) -> bool:
+        built = self.fold_bwd if backward else self.fold_fwd
+        return fold_scan(self.g, self.causal, built, s0 is not None, returns_total)
+
+    def forward_states(self, s0, z0, total_s=None, total_z=None, backward=False):
         """Segment-initial forward states (K1 + scan) -> (s, z, ss_bh, ss_g, sz_bh, sz_g, has_s),
-        or the initial state itself when one causal segment needs no scan."""
+        or the initial state itself when one causal segment needs no scan, or the segment sums
+        when the walks fold the scan in (has_s 2)."""
         if self.causal and self.g == 1:
             if s0 is None:
                 return self.dummy, self.dummy, 0, 0, 0, 0, 0
             return s0, z0, self.fd, 0, self.f, 0, 1
         x = torch.empty(self.b, self.hkv, self.g, self.ep, dtype=torch.float32, device=self.q.device)
         self.state_sums(x)
-        self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
         xz = x.view(-1)[self.fd:]
+        if self.folds(s0, total_s is not None, backward):
+            return x, xz, self.g * self.ep, self.ep, self.g * self.ep, self.ep, 2
+        self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
         seg = self.ep if self.causal else 0
         return x, xz, self.g * self.ep, seg, self.g * self.ep, seg, 1
 
@@ -191,9 +211,9 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
             int(return_state), scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(out), st.sw_b, st.fd, st.f,
             BK=st.bk, BT=bt, num_warps=DECODE_WARPS, num_stages=1)
         return _unpad(out, st.dv), sf, zf
-    single = st.causal and st.g == 1
-    states = st.forward_states(s0, z0, None if single else sf, None if single else zf)
-    st.fwd_pass(out, states, scale, eps, sf, zf, write_final=return_state and single)
+    final_from_walk = st.causal and (st.g == 1 or st.folds(s0, return_state, False))
+    states = st.forward_states(s0, z0, None if final_from_walk else sf, None if final_from_walk else zf)
+    st.fwd_pass(out, states, scale, eps, sf, zf, write_final=return_state and final_from_walk)
     return _unpad(out, st.dv), sf, zf
 
 
@@ -203,7 +223,7 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
     st = _Setup(q, k, v, phi, causal, cos, sin, seg_len)
     dev = q.device
     do = _padded(dout, st.dvp, 0.0)
-    states = st.forward_states(s0, z0)
+    states = st.forward_states(s0, z0, backward=True)
     s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = states
     den, dl = st.dummy, st.dummy
     if st.normalize:

@@ -317,6 +317,7 @@ BwdResult bwd_cpu(
 // ---- CUDA: the Triton kernels --------------------------------------------------------------------
 
 constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kFoldMaxBlock = 64;  // kernels.py FOLD_MAX_BLOCK
 
 // The segment count G for nc chunks (of `quantum` rows) and `per_segment` programs per segment
 // (tests/linear_attn_driver.py mirrors it). Every kernel that walks a segment first reads its fp32
@@ -419,13 +420,17 @@ struct Plan {
   int64_t feat;  // the kernels' compiled-in feature map (feature_key)
   int64_t nt_state, nt, nt_dv;  // Dv tiles of the state pass, the forward (and stats), the dv pass
   int64_t g, l, f, fd, e, ep;
+  bool fold_fwd, fold_bwd;  // la_fwd, and also la_bwd_dq, built to fold the scan (fold_scan)
   Tensor q, k, v;  // kernel-ready inputs
   Weights w;
 };
 
 Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
                const Shape& sh, Phi phi, bool causal) {
-  Plan p{sh, phi, causal};
+  Plan p{};
+  p.sh = sh;
+  p.phi = phi;
+  p.causal = causal;
   check_kernel_dtype(q, "linear_attn", "q");
   TORCH_CHECK_VALUE(sh.d <= kMaxHeadDim && sh.dv <= kMaxHeadDim && sh.parts * pad16(sh.d) <= kMaxHeadDim,
                     "neuralops.linear_attn: the CUDA kernels take D and Dv up to ", kMaxHeadDim,
@@ -452,7 +457,10 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   // kernels chunk by their own tile (C of VALUE_TILES), which can exceed the forward's: a segment
   // of 32 rows walked in chunks of 64 summed the next segment's rows into its reverse state.
   const int64_t bkv = block_for(p.dtype, p.dvp);
-  const int64_t c_value = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat}).C;
+  const auto c_dq = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat});
+  const int64_t c_value = c_dq.C;
+  p.fold_fwd = p.bk <= kFoldMaxBlock && c_fwd.BT <= kFoldMaxBlock;
+  p.fold_bwd = p.fold_fwd && c_dq.BF <= kFoldMaxBlock && bkv <= kFoldMaxBlock;
   const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value});
   const int64_t nc = ceil_div(sh.n, quantum);  // N >= 1: the callers return early on empty inputs
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
@@ -525,10 +533,26 @@ Tensor sum_tile_shares(const Tensor& dl, Launches& config) {
   return total;
 }
 
+// Calls with a few segments and no initial state skip the scan: each kernel that walks a segment
+// sums the segment sums before it (all of them, bidirectionally) as it starts (has_s = 2, see
+// _segment_state in kernels.py). That saves the scan's launch and its pass over the sums, for at
+// most kFoldMaxSegments - 1 extra states read per program (tests/linear_attn_driver.py mirrors it).
+// A bidirectional call that returns its state still takes the scan, which writes the total. Only
+// variants whose state tile is at most kFoldMaxBlock square are built to fold (kernels.py
+// FOLD_MAX_BLOCK): H200, against the scan (ninth session): causal fwd B4 H16 N4096 D64 0.0956 ->
+// 0.0918 ms, fwd+bwd 0.462 -> 0.450 ms; built into the 128-feature kernels it cost them 3-5%.
+constexpr int64_t kFoldMaxSegments = 4;
+
+bool fold_scan(const Plan& p, bool has_initial_state, bool returns_total, bool backward) {
+  return p.g > 1 && p.g <= kFoldMaxSegments && (backward ? p.fold_bwd : p.fold_fwd) && !has_initial_state &&
+         (p.causal || !returns_total);
+}
+
 // The state before each segment (causal) or the total (bidirectional); the initial state itself
-// when one causal segment needs no scan. `buffer` keeps the scan's output alive.
+// when one causal segment needs no scan; the segment sums themselves under fold_scan. `buffer`
+// keeps the state pass's and the scan's output alive.
 Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0, const Tensor* tot_s,
-                        const Tensor* tot_z, Tensor& buffer, Launches& config) {
+                        const Tensor* tot_z, bool backward, Tensor& buffer, Launches& config) {
   Segments seg;
   if (p.causal && p.g == 1) {
     if (s0) {
@@ -542,8 +566,11 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
                 p.k.const_data_ptr(), p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), nullptr,
                 nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, p.phi.kind, sh.parts, 0, 1.0f, st(p.k, 0),
                 st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
-  scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
   const float* base = buffer.const_data_ptr<float>();
+  if (fold_scan(p, s0.has_value(), tot_s != nullptr, backward)) {
+    return {base, base + p.fd, p.g * p.ep, p.ep, p.g * p.ep, p.ep, 2};
+  }
+  scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
   const int64_t seg_g = p.causal ? p.ep : 0;
   return {base, base + p.fd, p.g * p.ep, seg_g, p.g * p.ep, seg_g, 1};
 }
@@ -591,16 +618,17 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
                    st(out, 2), p.w.stride_b, p.fd, p.f);
     return {unpad(out, sh.dv), if_defined(sf), if_defined(zf)};
   }
-  const bool single = causal && p.g == 1;
+  // The last segment's walk ends with the final state when there is no scan to total it.
+  const bool final_from_walk = causal && (p.g == 1 || fold_scan(p, s0.has_value(), return_state, false));
   Tensor buffer;
-  const Segments seg = forward_states(p, s0, z0, return_state && !single ? &sf : nullptr,
-                                      return_state && !single ? &zf : nullptr, buffer, config);
+  const Segments seg = forward_states(p, s0, z0, return_state && !final_from_walk ? &sf : nullptr,
+                                      return_state && !final_from_walk ? &zf : nullptr, false, buffer, config);
   Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
   aot::la_fwd({p.dtype, p.bk, causal, p.feat}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"),
               p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(),
               p.w.s(), seg.s, seg.z, return_state ? sf.mutable_data_ptr() : nullptr,
               return_state ? zf.mutable_data_ptr() : nullptr, nullptr, nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp,
-              sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, return_state && single, 0,
+              sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, return_state && final_from_walk, 0,
               static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
               st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0), st(out, 1), st(out, 2),
               p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
@@ -628,7 +656,7 @@ BwdResult bwd_cuda(
   const Tensor dout = kernel_input(dout_in, p.dvp, 0.0);
   Launches config;
   Tensor fwd_buffer;
-  const Segments seg = forward_states(p, s0, z0, nullptr, nullptr, fwd_buffer, config);
+  const Segments seg = forward_states(p, s0, z0, nullptr, nullptr, true, fwd_buffer, config);
   Tensor den, dl;
   if (phi.normalize) {
     den = at::empty({sh.b, sh.h, sh.n}, f32);

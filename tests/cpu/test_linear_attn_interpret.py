@@ -109,6 +109,41 @@ def test_compiled_feature_map_matches_run_time_one(monkeypatch, phi):
         assert rel_error(compiled, generic) <= 1e-6
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_folded_scan_matches_scan(monkeypatch, causal):
+    """Walks that sum the segment sums before them (has_s = 2, few segments) against the scan's
+    states, every kernel of both passes, with the final state (causal) from the last walk."""
+    q, k, v = make(1, 4, 2, 150, 16, 24, torch.bfloat16)
+    dout = torch.randn(1, 4, 150, 24, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    kw = dict(phi="elu+1", causal=causal, seg_len=64)
+    st = drv._Setup(q, k, v, "elu+1", causal, None, None, 64)
+    assert st.g == 3 and st.folds(None, causal, False) and st.folds(None, False, True)
+    runs = []
+    for fold_max in (drv.FOLD_MAX_SEGMENTS, 1):
+        monkeypatch.setattr(drv, "FOLD_MAX_SEGMENTS", fold_max)
+        out, s_fin, z_fin = drv.forward(q, k, v, return_state=causal, **kw)
+        runs.append((out, *((s_fin, z_fin) if causal else ()), *drv.backward(dout, q, k, v, **kw)[:3]))
+    for folded, scanned in zip(*runs):
+        assert rel_error(folded, scanned) <= 1e-3  # fp32 sums in another order, bf16 outputs
+
+
+@pytest.mark.parametrize("d,dv,dtype,fwd,bwd", [
+    (64, 64, torch.bfloat16, True, True),
+    (64, 128, torch.bfloat16, True, False),  # dq holds all 128 value columns
+    (128, 128, torch.bfloat16, False, False),  # built without: it cost the 128-feature kernels 3-5%
+    (64, 64, torch.float32, False, False),
+])
+def test_fold_rule(d, dv, dtype, fwd, bwd):
+    """Which variants fold the scan into their walks (kernels.FOLD_MAX_BLOCK), and that they do so
+    only for a few segments (3 or 4 here) without an initial state."""
+    q = torch.empty(4, 16, 4096, d, dtype=dtype)
+    v = torch.empty(4, 16, 4096, dv, dtype=dtype)
+    st = drv._Setup(q, q, v, "elu+1", True, None, None, None)
+    assert 1 < st.g <= drv.FOLD_MAX_SEGMENTS and (st.fold_fwd, st.fold_bwd) == (fwd, bwd)
+    assert st.folds(None, True, False) == fwd and st.folds(None, False, True) == bwd
+    assert not st.folds(torch.empty(0), False, False)
+
+
 @pytest.mark.parametrize("b,h,n,d,causal,g,seg_rows", [
     (4, 16, 2048, 128, True, 2, 1024),  # causal segments of at least 1024 rows
     (4, 16, 4096, 64, True, 4, 1024),

@@ -193,6 +193,9 @@ def _mm_state(a, st, PREC: tl.constexpr, W: tl.constexpr):
 # output tile it scales. bf16 operands (PREC 1) only: qf, kf and A are bf16 operands of the other
 # dots already (the sums are of the same values), and z goes in as hi + lo halves, as states do.
 SUM_W = tl.constexpr(16)
+# The largest state tile (rows and columns) whose variants can sum segment sums as they start
+# (_segment_state's FOLD; csrc/ops/linear_attn.cpp kFoldMaxBlock must match).
+FOLD_MAX_BLOCK = tl.constexpr(64)
 
 
 @triton.jit
@@ -372,6 +375,35 @@ def _state_rows(W: tl.constexpr, d0, DS, n_parts):
 
 
 @triton.jit
+def _segment_state(s_ptr, z_ptr, bk, g, G, has_s, ss_bh, ss_g, sz_bh, sz_g, frow, f_ok, vc, DVS,
+                   CAUSAL: tl.constexpr):
+    """The state segment g starts from, as its (feature rows frow) x (value columns vc) tile of S
+    and frow of z. has_s = 0: none (zeros). 1: the state at (s, z) + g * (ss_g, sz_g) (the scan's
+    output, or an initial state with ss_g = sz_g = 0). 2, in variants that fold: the sum of
+    the segment sums before g (causal) or of all G (bidirectional) at (s, z) + j * (ss_g, sz_g),
+    the state pass's output: the scan folded into the walk where segments are few (csrc's
+    fold_scan). Only state tiles of at most FOLD_MAX_BLOCK rows and columns fold: summing
+    larger ones in a loop made the H200's 128-feature kernels 3-5% slower even where they never
+    fold (a second tile live beside the state)."""
+    st_mask = f_ok[:, None] & (vc < DVS)[None, :]
+    s_base = s_ptr + bk.to(tl.int64) * ss_bh
+    z_base = z_ptr + bk.to(tl.int64) * sz_bh
+    if (frow.shape[0] <= FOLD_MAX_BLOCK) and (vc.shape[0] <= FOLD_MAX_BLOCK):
+        j0 = tl.where(has_s == 2, 0, g)
+        j1 = tl.where(has_s == 2, g * CAUSAL + G * (1 - CAUSAL), g + 1)
+        on = (has_s != 0) & (j0 < j1)
+        s = tl.load(s_base + j0 * ss_g + frow[:, None] * DVS + vc[None, :], mask=st_mask & on, other=0.0)
+        z = tl.load(z_base + j0 * sz_g + frow, mask=f_ok & on, other=0.0)
+        for j in range(j0 + 1, j1):
+            s += tl.load(s_base + j * ss_g + frow[:, None] * DVS + vc[None, :], mask=st_mask, other=0.0)
+            z += tl.load(z_base + j * sz_g + frow, mask=f_ok, other=0.0)
+    else:
+        s = tl.load(s_base + g * ss_g + frow[:, None] * DVS + vc[None, :], mask=st_mask & (has_s != 0), other=0.0)
+        z = tl.load(z_base + g * sz_g + frow, mask=f_ok & (has_s != 0), other=0.0)
+    return s, z
+
+
+@triton.jit
 def _program(n_tiles, n_heads, G, HKV):
     """(tile, head within its kv head's group, segment, b * Hkv + hk, b, hk) of this program, for
     grids of n_tiles x n_heads x G x B*Hkv (fastest first); kv-head kernels pass n_heads = 1."""
@@ -512,8 +544,8 @@ def la_fwd_kernel(
     FEAT: tl.constexpr,
 ):
     """Outputs of segment g for query head h and Dv tile t, starting from the state (s, z)[b, hk, g]
-    (ss_g = sz_g = 0: one state for every segment, as in bidirectional mode, where CAUSAL = 0
-    leaves only out = qf S / (qf . z + eps)).
+    or the sum of the segment sums before it (has_s, see _segment_state; ss_g = sz_g = 0: one state
+    for every segment, as in bidirectional mode, where CAUSAL = 0 leaves only out = qf S / (qf . z + eps)).
 
     stats != 0 (backward): o_ptr is grad_out (read), and instead of the output the kernel writes
     den_i (den[b, h, i], by tile 0) and the tile's share of grad_out_i . out_i (dl[b, h, t, i]).
@@ -537,9 +569,7 @@ def la_fwd_kernel(
     v_ok = vc < DV
     frow, f_ok = _state_rows(BK, 0, DS, n_parts)
     st_mask = f_ok[:, None] & (vc < DVS)[None, :]
-    s = tl.load(s_ptr + bk.to(tl.int64) * ss_bh + g * ss_g + frow[:, None] * DVS + vc[None, :],
-                mask=st_mask & (has_s != 0), other=0.0)
-    z = tl.load(z_ptr + bk.to(tl.int64) * sz_bh + g * sz_g + frow, mask=f_ok & (has_s != 0), other=0.0)
+    s, z = _segment_state(s_ptr, z_ptr, bk, g, G, has_s, ss_bh, ss_g, sz_bh, sz_g, frow, f_ok, vc, DVS, CAUSAL)
     ci = tl.arange(0, C)
     if PREC == 1:
         zc = _z_columns(z, BK)
@@ -675,7 +705,7 @@ def la_bwd_dq_kernel(
     FEAT: tl.constexpr,
 ):
     """dq of segment g, query head h, feature tile ft (BF columns of F, all of Dv), in forward order
-    from the forward state (s, z)[b, hk, g]. The reverse scan's segment sums come from
+    from the forward state (s, z)[b, hk, g] (has_s as in la_fwd_kernel). The reverse scan's segment sums come from
     la_state_kernel (grads mode): here they cost a second [BF, Dv] fp32 accumulator, which spilled.
     Grid: feature tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
@@ -696,10 +726,7 @@ def la_bwd_dq_kernel(
     vc = tl.arange(0, BKV)
     v_ok = vc < DV
     frow, f_ok = _state_rows(BF, d0, DS, n_parts)
-    st_mask = f_ok[:, None] & (vc < DVS)[None, :]
-    s = tl.load(s_ptr + bk.to(tl.int64) * ss_bh + g * ss_g + frow[:, None] * DVS + vc[None, :],
-                mask=st_mask & (has_s != 0), other=0.0)
-    z = tl.load(z_ptr + bk.to(tl.int64) * sz_bh + g * sz_g + frow, mask=f_ok & (has_s != 0), other=0.0)
+    s, z = _segment_state(s_ptr, z_ptr, bk, g, G, has_s, ss_bh, ss_g, sz_bh, sz_g, frow, f_ok, vc, DVS, CAUSAL)
     ci = tl.arange(0, C)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + ci
