@@ -188,6 +188,7 @@ struct Chain {
   c10::ScalarType dtype;
   bool hints;  // every pointer 16-byte aligned, K, R, N and the strides multiples of 16
   bool backward;  // the backward's dx chain rather than the forward
+  bool captured = false;  // queued into a CUDA graph being captured (the forward asks)
 };
 
 // The Triton kernel for a chain when backend="triton": the fast kernels where their conditions
@@ -202,19 +203,23 @@ Impl triton_impl(const Chain& c) {
   return fused_block(c.dtype, c.R) != 0 ? Impl::kFused : Impl::kTwoGemm;
 }
 
+// The forward's decode kernels take up to this many rows also inside a CUDA graph (see route).
 constexpr int64_t kDecodeForwardMaxRows = 16;
 
 // The one place that decides which implementation runs a shape on CUDA (the backward takes the
 // same decision for its dx chain; its weight gradients follow: Triton's wgrad kernel on a Triton
 // route, cuBLAS otherwise). backend="auto", from the H200 measurements in
 // benchmarks/results/low_rank.md:
-//   - decode (fast-kernel conditions hold): Triton for the forward up to M = 16, for the backward's
-//     dx chain up to M = 64. Two kernels chained by programmatic dependent launch read each weight
-//     once: in a CUDA graph of 32 layers (in = out = 4096, r256) 7.1 and 8.0 us per call at M = 1 and
-//     16 against 11.1 and 11.4 us for two F.linear calls, but 12.4, 13.1 and 14.0 us at M = 32, 48
-//     and 64 against 11.6-11.8 us (each second-kernel program reads all M * R fp32 partials). fwd+bwd
-//     at M = 64 through the Triton backward: 0.150 ms, two F.linear and autograd 0.148 ms, the
-//     cuBLAS route 0.310 ms.
+//   - decode (fast-kernel conditions hold, M <= 64): Triton for the backward's dx chain, and for the
+//     forward up to M = 16, and up to M = 64 unless the call is being captured into a CUDA graph.
+//     Two kernels chained by programmatic dependent launch read each weight once. In a CUDA graph
+//     of 32 layers (in = out = 4096, r256), where only the GPU's time counts: 7.1 and 8.0 us per
+//     call at M = 1 and 16 against 11.1 and 11.4 us for two F.linear calls, but 12.4, 13.1 and
+//     14.0 us at M = 32, 48 and 64 against 11.6-11.8 us (each second-kernel program reads all
+//     M * R fp32 partials). Eager, where the host's launches count: 13.1-13.8 us at M = 32-64
+//     against 30.1-30.4 us through cuBLAS and 28.6-28.7 us for two F.linear calls (ninth session).
+//     fwd+bwd at M = 64 through the Triton backward: 0.150 ms, two F.linear and autograd 0.148 ms,
+//     the cuBLAS route 0.310 ms.
 //   - everything else: cuBLAS. The fused Triton kernel (h kept on chip) lost to two cuBLAS GEMMs at
 //     every large-M shape measured (2.0x to 4.1x slower at M >= 4096, R <= 256), and above R = 256
 //     the Triton path is two plain GEMMs. backend="triton" still runs them.
@@ -224,7 +229,8 @@ Impl route(const Chain& c, Backend backend) {
     return Impl::kAten;
   }
   const Impl impl = triton_impl(c);
-  if (backend == Backend::kTriton || (impl == Impl::kDecode && (c.backward || c.M <= kDecodeForwardMaxRows))) {
+  if (backend == Backend::kTriton ||
+      (impl == Impl::kDecode && (c.backward || c.M <= kDecodeForwardMaxRows || !c.captured))) {
     return impl;
   }
   return Impl::kAten;
@@ -239,7 +245,9 @@ Chain forward_chain(const Rows& xr, const at::Tensor& x, const at::Tensor& U, co
   const int64_t M = rows_count(x), K = x.size(-1), R = V.size(0), N = U.size(0);
   const bool hints = K % 16 == 0 && R % 16 == 0 && N % 16 == 0 && rows_aligned(xr) && matrix_aligned(V) &&
                      matrix_aligned(U) && (!bias.has_value() || runtime::aligned16(bias->const_data_ptr()));
-  return {M, K, R, N, x.scalar_type(), hints, false};
+  const bool captured = M > kDecodeForwardMaxRows &&
+      runtime::stream_capturing(x.get_device(), c10::cuda::getCurrentCUDAStream(x.get_device()).stream());
+  return {M, K, R, N, x.scalar_type(), hints, false, captured};
 }
 
 Chain backward_chain(const Rows& gr, const at::Tensor& x, const at::Tensor& U, const at::Tensor& V) {

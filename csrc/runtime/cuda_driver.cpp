@@ -52,7 +52,8 @@ LoadedDriver load() {
         resolve(handle, "cuModuleLoadData", a.cuModuleLoadData, e) &&
         resolve(handle, "cuModuleGetFunction", a.cuModuleGetFunction, e) &&
         resolve(handle, "cuFuncSetAttribute", a.cuFuncSetAttribute, e) &&
-        resolve(handle, "cuLaunchKernel", a.cuLaunchKernel, e))) {
+        resolve(handle, "cuLaunchKernel", a.cuLaunchKernel, e) &&
+        resolve(handle, "cuStreamIsCapturing", a.cuStreamIsCapturing, e))) {
     return d;
   }
   // Optional: see CudaDriver::cuLaunchKernelEx.

@@ -23,6 +23,7 @@ struct CudaDriver {
   decltype(&::cuModuleGetFunction) cuModuleGetFunction;
   decltype(&::cuFuncSetAttribute) cuFuncSetAttribute;
   decltype(&::cuLaunchKernel) cuLaunchKernel;
+  decltype(&::cuStreamIsCapturing) cuStreamIsCapturing;
   // Null in drivers too old to have it: a launch that asks for programmatic dependent launch is
   // then a plain cuLaunchKernel.
   decltype(&::cuLaunchKernelEx) cuLaunchKernelEx;

@@ -159,6 +159,14 @@ int multiprocessor_count(int device) {
   return device_info(device).multiprocessors;
 }
 
+bool stream_capturing(int device, CUstream stream) {
+  const CudaDriver& d = driver();
+  make_current(d, device_info(device));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(d.cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 void launch(const KernelVariant& v, const LaunchConfig& c, void** args, int num_args) {
   if (c.grid[0] == 0 || c.grid[1] == 0 || c.grid[2] == 0) {
     return;

@@ -72,6 +72,10 @@ int device_capability(int device);
 // Multiprocessors of a CUDA device (read once per device), for sizing grids.
 int multiprocessor_count(int device);
 
+// Whether work queued on `stream` (of CUDA device `device`) is being captured into a CUDA graph.
+// Loads the driver; throws on failure.
+bool stream_capturing(int device, CUstream stream);
+
 // Whether a pointer satisfies Triton's 16-byte divisibility hint.
 inline bool aligned16(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;

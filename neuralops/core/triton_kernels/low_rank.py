@@ -16,7 +16,9 @@ second product, as two ``F.linear`` calls round it; fp32 inputs use IEEE fp32 pr
 On CUDA tensors of float16, bfloat16 or float32 the work runs in the compiled library
 (``torch.ops.neuralops.low_rank_fwd`` / ``low_rank_fwd_hidden`` / ``low_rank_bwd``), which picks
 per shape between AOT-compiled Triton kernels and cuBLAS (``backend="auto"``; ``"triton"`` or
-``"cublas"`` force one; ``route()`` says which a call takes). Elsewhere ``low_rank_pytorch_fallback``
+``"cublas"`` force one; ``route()`` says which a call takes). Decode sizes (up to 64 rows) take the
+Triton kernels, except a forward of more than 16 rows being captured into a CUDA graph, where only
+the GPU's time counts and cuBLAS is faster. Elsewhere ``low_rank_pytorch_fallback``
 runs. ``fwd`` is differentiable either way (gradients for x, U, V and bias; when autograd needs
 them the forward keeps ``h`` for the backward) and works under ``torch.compile(fullgraph=True)``.
 
