@@ -1,6 +1,7 @@
 """Whole-call medians (L2 flushed) of the linear-attention shapes the issue and the sweeps track, for
 the installed neuralops: run it once per build in one lease to compare builds (results/linear_attn.md,
-ninth session's A/B). bf16; causal forward, causal forward+backward, bidirectional forward.
+ninth session's A/B). bf16 unless marked; causal forward, causal forward+backward, bidirectional
+forward; the last three rows (256 features, fp16) were added after the ninth session's first A/B.
 
     python benchmarks/linear_attn_calls.py        # with neuralops installed, on a machine with a GPU
 """
@@ -13,15 +14,18 @@ from neuralops.bench.timing import Timer
 from neuralops.core.triton_kernels import linear_attn as la
 
 
-def _inputs(b: int, h: int, n: int, d: int, grad: bool = False) -> list[torch.Tensor]:
+def _inputs(b: int, h: int, n: int, d: int, grad: bool = False,
+            dtype: torch.dtype = torch.bfloat16) -> list[torch.Tensor]:
     gen = torch.Generator(device="cuda").manual_seed(0)
-    ts = [torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3)]
+    ts = [torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=gen) for _ in range(3)]
     return [t.requires_grad_(grad) for t in ts]
 
 
-def _fwd(b: int, h: int, n: int, d: int, causal: bool) -> tuple[str, Callable[[], object]]:
-    q, k, v = _inputs(b, h, n, d)
-    name = f"{'causal' if causal else 'bidirectional'} fwd B{b} H{h} N{n} D{d}"
+def _fwd(b: int, h: int, n: int, d: int, causal: bool,
+         dtype: torch.dtype = torch.bfloat16) -> tuple[str, Callable[[], object]]:
+    q, k, v = _inputs(b, h, n, d, dtype=dtype)
+    tag = "" if dtype == torch.bfloat16 else " fp16"
+    name = f"{'causal' if causal else 'bidirectional'} fwd{tag} B{b} H{h} N{n} D{d}"
     return name, lambda: la.fwd(q, k, v, causal)
 
 
@@ -43,7 +47,9 @@ def main() -> None:
              _fwd(4, 16, 2048, 128, True),
              _fwd_bwd(4, 16, 4096, 64), _fwd_bwd(4, 16, 2048, 64), _fwd_bwd(4, 16, 2048, 128),
              _fwd_bwd(4, 16, 4096, 128), _fwd_bwd(1, 16, 65536, 128),
-             _fwd(4, 16, 4096, 64, False), _fwd(4, 16, 4096, 128, False), _fwd(1, 16, 65536, 128, False)]
+             _fwd(4, 16, 4096, 64, False), _fwd(4, 16, 4096, 128, False), _fwd(1, 16, 65536, 128, False),
+             _fwd(4, 16, 4096, 256, True), _fwd(4, 16, 4096, 256, False),
+             _fwd(4, 16, 4096, 128, False, torch.float16)]
     for name, run in cases:
         print(f"{name:40s} {timer.median_ms(run):.4f} ms", flush=True)
 
