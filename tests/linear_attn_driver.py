@@ -211,8 +211,9 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
             int(return_state), scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(out), st.sw_b, st.fd, st.f,
             BK=st.bk, BT=bt, num_warps=DECODE_WARPS, num_stages=1)
         return _unpad(out, st.dv), sf, zf
-    final_from_walk = st.causal and (st.g == 1 or st.folds(s0, return_state, False))
-    states = st.forward_states(s0, z0, None if final_from_walk else sf, None if final_from_walk else zf)
+    states = st.forward_states(s0, z0, sf, zf)
+    # With no scan to total them (one segment, or the scan folded in), the last causal walk writes them.
+    final_from_walk = st.causal and (st.g == 1 or states[6] == 2)
     st.fwd_pass(out, states, scale, eps, sf, zf, write_final=return_state and final_from_walk)
     return _unpad(out, st.dv), sf, zf
 

@@ -575,10 +575,6 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
   return {base, base + p.fd, p.g * p.ep, seg_g, p.g * p.ep, seg_g, 1};
 }
 
-OptTensor if_defined(const Tensor& t) {
-  return t.defined() ? OptTensor(t) : std::nullopt;
-}
-
 std::vector<int64_t> state_shape(const Shape& sh, bool is_z) {
   std::vector<int64_t> s{sh.b, sh.hkv};
   if (sh.parts == 2) s.push_back(2);
@@ -592,14 +588,17 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
                    double scale, bool return_state) {
   c10::DeviceGuard guard(q.device());
   const auto f32 = q.options().dtype(at::kFloat);
-  Tensor sf = return_state ? at::empty(state_shape(sh, false), f32) : Tensor();
-  Tensor zf = return_state ? at::empty(state_shape(sh, true), f32) : Tensor();
+  OptTensor sf, zf;  // the final state, when asked for
+  if (return_state) {
+    sf = at::empty(state_shape(sh, false), f32);
+    zf = at::empty(state_shape(sh, true), f32);
+  }
   if (sh.b * sh.h * sh.n == 0) {
     if (return_state) {
-      s0_in ? sf.copy_(*s0_in) : sf.zero_();
-      z0_in ? zf.copy_(*z0_in) : zf.zero_();
+      s0_in ? sf->copy_(*s0_in) : sf->zero_();
+      z0_in ? zf->copy_(*z0_in) : zf->zero_();
     }
-    return {at::empty({sh.b, sh.h, sh.n, sh.dv}, q.options()), if_defined(sf), if_defined(zf)};
+    return {at::empty({sh.b, sh.h, sh.n, sh.dv}, q.options()), sf, zf};
   }
   const OptTensor s0 = s0_in ? OptTensor(s0_in->contiguous()) : std::nullopt;
   const OptTensor z0 = z0_in ? OptTensor(z0_in->contiguous()) : std::nullopt;
@@ -611,28 +610,28 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
     aot::la_decode({p.dtype, p.bk}, config(q, ceil_div(p.dvp, bt) * sh.b * sh.hkv, "linear_attn decode"),
                    p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(),
                    p.w.s(), s0 ? s0->const_data_ptr() : nullptr, z0 ? z0->const_data_ptr() : nullptr,
-                   return_state ? sf.mutable_data_ptr() : nullptr, return_state ? zf.mutable_data_ptr() : nullptr, sh.h,
+                   sf ? sf->mutable_data_ptr() : nullptr, zf ? zf->mutable_data_ptr() : nullptr, sh.h,
                    sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, phi.kind, phi.normalize, sh.parts, s0.has_value(),
                    return_state, static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2),
                    st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0), st(out, 1),
                    st(out, 2), p.w.stride_b, p.fd, p.f);
-    return {unpad(out, sh.dv), if_defined(sf), if_defined(zf)};
+    return {unpad(out, sh.dv), sf, zf};
   }
-  // The last segment's walk ends with the final state when there is no scan to total it.
-  const bool final_from_walk = causal && (p.g == 1 || fold_scan(p, s0.has_value(), return_state, false));
   Tensor buffer;
-  const Segments seg = forward_states(p, s0, z0, return_state && !final_from_walk ? &sf : nullptr,
-                                      return_state && !final_from_walk ? &zf : nullptr, false, buffer, config);
+  const Segments seg = forward_states(p, s0, z0, sf ? &*sf : nullptr, zf ? &*zf : nullptr, false, buffer, config);
+  // With no scan to total them (one segment, or the scan folded in), the last causal walk ends with
+  // the final state and writes it.
+  const bool final_from_walk = causal && (p.g == 1 || seg.has == 2);
   Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
   aot::la_fwd({p.dtype, p.bk, causal, p.feat}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"),
               p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(),
-              p.w.s(), seg.s, seg.z, return_state ? sf.mutable_data_ptr() : nullptr,
-              return_state ? zf.mutable_data_ptr() : nullptr, nullptr, nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp,
+              p.w.s(), seg.s, seg.z, sf ? sf->mutable_data_ptr() : nullptr,
+              zf ? zf->mutable_data_ptr() : nullptr, nullptr, nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp,
               sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, return_state && final_from_walk, 0,
               static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
               st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0), st(out, 1), st(out, 2),
               p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
-  return {unpad(out, sh.dv), if_defined(sf), if_defined(zf)};
+  return {unpad(out, sh.dv), sf, zf};
 }
 
 BwdResult bwd_cuda(
@@ -641,14 +640,17 @@ BwdResult bwd_cuda(
     const OptTensor& dzf_in, const Shape& sh, Phi phi, bool causal, double eps, double scale, bool state_grad) {
   c10::DeviceGuard guard(q.device());
   const auto f32 = q.options().dtype(at::kFloat);
-  Tensor ds0 = state_grad ? at::empty(state_shape(sh, false), f32) : Tensor();
-  Tensor dz0 = state_grad ? at::empty(state_shape(sh, true), f32) : Tensor();
+  OptTensor ds0, dz0;  // the initial state's gradients, when asked for
+  if (state_grad) {
+    ds0 = at::empty(state_shape(sh, false), f32);
+    dz0 = at::empty(state_shape(sh, true), f32);
+  }
   if (sh.b * sh.h * sh.n == 0) {
     if (state_grad) {
-      dsf_in ? ds0.copy_(*dsf_in) : ds0.zero_();
-      dzf_in ? dz0.copy_(*dzf_in) : dz0.zero_();
+      dsf_in ? ds0->copy_(*dsf_in) : ds0->zero_();
+      dzf_in ? dz0->copy_(*dzf_in) : dz0->zero_();
     }
-    return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), if_defined(ds0), if_defined(dz0)};
+    return {at::zeros_like(q), at::zeros_like(k), at::zeros_like(v), ds0, dz0};
   }
   auto contig = [](const OptTensor& t) { return t ? OptTensor(t->contiguous()) : std::nullopt; };
   const OptTensor s0 = contig(s0_in), z0 = contig(z0_in), dsf = contig(dsf_in), dzf = contig(dzf_in);
@@ -691,7 +693,7 @@ BwdResult bwd_cuda(
                   st(dout, 1), st(dout, 2), p.w.stride_b, p.ep);
     const int64_t n_rep = sh.h / sh.hkv;
     r_buffer = n_rep == 1 ? rs : at::empty({sh.b, sh.hkv, causal ? p.g : 1, p.ep}, f32);
-    scan(p, rs, r_buffer, n_rep, causal ? 1 : 2, dsf, dzf, state_grad ? &ds0 : nullptr, state_grad ? &dz0 : nullptr,
+    scan(p, rs, r_buffer, n_rep, causal ? 1 : 2, dsf, dzf, ds0 ? &*ds0 : nullptr, dz0 ? &*dz0 : nullptr,
          config);
     const float* base = r_buffer.const_data_ptr<float>();
     const int64_t seg_g = causal ? p.ep : 0;
@@ -722,7 +724,7 @@ BwdResult bwd_cuda(
                  static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
                  st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dk, 0), st(dk, 1),
                  st(dk, 2), p.w.stride_b, rev.s_bh, rev.s_g, rev.z_bh, rev.z_g);
-  return {unpad(dq, sh.d), unpad(dk, sh.d), unpad(dv, sh.dv), if_defined(ds0), if_defined(dz0)};
+  return {unpad(dq, sh.d), unpad(dk, sh.d), unpad(dv, sh.dv), ds0, dz0};
 }
 
 // ---- the ops ------------------------------------------------------------------------------------

@@ -188,7 +188,7 @@ struct Chain {
   c10::ScalarType dtype;
   bool hints;  // every pointer 16-byte aligned, K, R, N and the strides multiples of 16
   bool backward;  // the backward's dx chain rather than the forward
-  bool captured = false;  // queued into a CUDA graph being captured (the forward asks)
+  int device;  // the CUDA device of the call (route asks its stream whether a graph is being captured)
 };
 
 // The Triton kernel for a chain when backend="triton": the fast kernels where their conditions
@@ -205,6 +205,10 @@ Impl triton_impl(const Chain& c) {
 
 // The forward's decode kernels take up to this many rows also inside a CUDA graph (see route).
 constexpr int64_t kDecodeForwardMaxRows = 16;
+
+bool capturing(int device) {
+  return runtime::stream_capturing(device, c10::cuda::getCurrentCUDAStream(device).stream());
+}
 
 // The one place that decides which implementation runs a shape on CUDA (the backward takes the
 // same decision for its dx chain; its weight gradients follow: Triton's wgrad kernel on a Triton
@@ -230,7 +234,7 @@ Impl route(const Chain& c, Backend backend) {
   }
   const Impl impl = triton_impl(c);
   if (backend == Backend::kTriton ||
-      (impl == Impl::kDecode && (c.backward || c.M <= kDecodeForwardMaxRows || !c.captured))) {
+      (impl == Impl::kDecode && (c.backward || c.M <= kDecodeForwardMaxRows || !capturing(c.device)))) {
     return impl;
   }
   return Impl::kAten;
@@ -245,16 +249,14 @@ Chain forward_chain(const Rows& xr, const at::Tensor& x, const at::Tensor& U, co
   const int64_t M = rows_count(x), K = x.size(-1), R = V.size(0), N = U.size(0);
   const bool hints = K % 16 == 0 && R % 16 == 0 && N % 16 == 0 && rows_aligned(xr) && matrix_aligned(V) &&
                      matrix_aligned(U) && (!bias.has_value() || runtime::aligned16(bias->const_data_ptr()));
-  const bool captured = M > kDecodeForwardMaxRows &&
-      runtime::stream_capturing(x.get_device(), c10::cuda::getCurrentCUDAStream(x.get_device()).stream());
-  return {M, K, R, N, x.scalar_type(), hints, false, captured};
+  return {M, K, R, N, x.scalar_type(), hints, false, x.get_device()};
 }
 
 Chain backward_chain(const Rows& gr, const at::Tensor& x, const at::Tensor& U, const at::Tensor& V) {
   // dx = (g @ U) @ V: a chain over the transposed weights, which the op makes contiguous.
   const int64_t M = rows_count(x), K = U.size(0), R = V.size(0), N = x.size(-1);
   const bool hints = K % 16 == 0 && R % 16 == 0 && N % 16 == 0 && rows_aligned(gr);
-  return {M, K, R, N, x.scalar_type(), hints, true};
+  return {M, K, R, N, x.scalar_type(), hints, true, x.get_device()};
 }
 
 void check_triton_dtype(const at::Tensor& x, Backend backend) {

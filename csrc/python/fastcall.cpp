@@ -187,20 +187,18 @@ struct Fast<Op, R(A...)> {
 
 // The schema's keyword-only argument names, in order (they follow the others in every schema).
 PyObject* keyword_only_names(const char* name) {
-  const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(name, "").schema();
-  PyObject* names = PyTuple_New(0);
-  for (const auto& argument : schema.arguments()) {
-    if (!argument.kwarg_only() || names == nullptr) continue;
+  const auto& arguments = c10::Dispatcher::singleton().findSchemaOrThrow(name, "").schema().arguments();
+  PyObject* names = PyList_New(0);
+  for (const auto& argument : arguments) {
+    if (names == nullptr || !argument.kwarg_only()) continue;
     PyObject* s = PyUnicode_FromString(argument.name().c_str());
-    const Py_ssize_t n = PyTuple_GET_SIZE(names);
-    if (s == nullptr || _PyTuple_Resize(&names, n + 1) != 0) {
-      Py_XDECREF(s);
-      Py_XDECREF(names);
-      return nullptr;
-    }
-    PyTuple_SET_ITEM(names, n, s);
+    if (s == nullptr || PyList_Append(names, s) != 0) Py_CLEAR(names);
+    Py_XDECREF(s);
   }
-  return names;
+  if (names == nullptr) return nullptr;
+  PyObject* tuple = PyList_AsTuple(names);
+  Py_DECREF(names);
+  return tuple;
 }
 
 template <typename Op>

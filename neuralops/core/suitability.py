@@ -78,24 +78,30 @@ def device_arch(device_index: int) -> int:
 # Device index -> whether a cubin runs there: fixed for the life of the process.
 _DEVICE_READY: dict[int, bool] = {}
 
+# kernels_ready's answers other than 0 (not ready): how the op is to be called. Eagerly through its
+# fast path (_library.Op.eager), or, while torch.compile traces, through its overload.
+READY = 1
+READY_TRACED = 2
 
-def kernels_ready(tensor: torch.Tensor) -> bool:
-    """check_triton_suitability's checks short of the op's own limits, as one bool, for the ops'
-    per-call path: kernels not disabled, a CUDA tensor of a kernel dtype, the library loaded, a cubin
-    for the device (looked up once per device)."""
+
+def kernels_ready(tensor: torch.Tensor) -> int:
+    """check_triton_suitability's checks short of the op's own limits, for the ops' per-call path:
+    kernels not disabled, a CUDA tensor of a kernel dtype, the library loaded, a cubin for the
+    device (looked up once per device). 0 when they fail, else READY or READY_TRACED (under
+    torch.compile), so that the caller picks the op's entry without asking is_compiling() again."""
     if not (tensor.is_cuda and _library.LOADED and tensor.dtype in KERNEL_DTYPES):
-        return False
+        return 0
     # One is_compiling() per call: it costs as much as the rest of this function.
     compiling = torch.compiler.is_compiling()
     if _disabled_by_env(compiling):
-        return False
+        return 0
     index = tensor.get_device()
     if compiling:
-        return device_arch(index) >= 0
+        return READY_TRACED if device_arch(index) >= 0 else 0
     ready = _DEVICE_READY.get(index)
     if ready is None:
         ready = _DEVICE_READY[index] = device_arch(index) >= 0
-    return ready
+    return READY if ready else 0
 
 
 def sizes_fit_int32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None) -> bool:

@@ -11,6 +11,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from neuralops import _library
+from neuralops.core import suitability
+from neuralops.core.triton_kernels import gqa, low_rank
 from neuralops.core.triton_kernels import linear_attn as la
 
 pytestmark = pytest.mark.usefixtures("library_loaded")
@@ -177,3 +179,32 @@ def test_without_the_module(monkeypatch):
     assert op.eager is not op.overload
     args = _args("low_rank_fwd", torch.Generator().manual_seed(6))
     _same(op.eager(*args), op.overload(*args[:4], backend=args[4]))
+
+
+@pytest.mark.parametrize("ready,entry", [(suitability.READY, "eager"), (suitability.READY_TRACED, "overload")])
+def test_the_layer_picks_the_entry_kernels_ready_names(monkeypatch, ready, entry):
+    """kernels_ready's answer picks the entry (one is_compiling() per call): the fast path eagerly,
+    the overload while torch.compile traces; each op's fwd and bwd, with the op's own checks."""
+    calls = []
+
+    def recording(result):
+        return _library.Op(lambda *a, **k: calls.append("overload") or result,
+                           lambda *a: calls.append("eager") or result)
+
+    x = torch.randn(2, 1, 4, 16)
+    monkeypatch.setattr(la, "kernels_ready", lambda t: ready)
+    monkeypatch.setattr(la, "_FWD", recording((x, None, None)))
+    monkeypatch.setattr(la, "_BWD", recording((x, x, x, None, None)))
+    la.fwd(x, x, x, True)
+    la.bwd(x, x, x, x, True)
+    lr_x, U, V = torch.randn(3, 16), torch.randn(8, 4), torch.randn(4, 16)
+    monkeypatch.setattr(low_rank, "kernels_ready", lambda t: ready)
+    monkeypatch.setattr(low_rank, "_FWD", recording(torch.randn(3, 8)))
+    monkeypatch.setattr(low_rank, "_BWD", recording((lr_x, U, V, None)))
+    low_rank.fwd(lr_x, U, V)
+    low_rank.bwd(lr_x, U, V, torch.randn(3, 8))
+    kv = torch.randn(1, 2, 4, 8)
+    monkeypatch.setattr(gqa, "kernels_ready", lambda t: ready)
+    monkeypatch.setitem(gqa._OPS, "gqa_fwd", recording((kv, kv)))
+    gqa.fwd(kv, kv, 2, 4)
+    assert calls == [entry] * 5

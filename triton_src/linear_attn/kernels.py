@@ -194,7 +194,7 @@ def _mm_state(a, st, PREC: tl.constexpr, W: tl.constexpr):
 # dots already (the sums are of the same values), and z goes in as hi + lo halves, as states do.
 SUM_W = tl.constexpr(16)
 # The largest state tile (rows and columns) whose variants can sum segment sums as they start
-# (_segment_state's FOLD; csrc/ops/linear_attn.cpp kFoldMaxBlock must match).
+# (_segment_state; csrc/ops/linear_attn.cpp kFoldMaxBlock must match).
 FOLD_MAX_BLOCK = tl.constexpr(64)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from neuralops import _library
-from neuralops.core.suitability import KERNEL_DTYPES, kernels_ready, register_op_limits, sizes_fit_int32
+from neuralops.core.suitability import KERNEL_DTYPES, READY_TRACED, kernels_ready, register_op_limits, sizes_fit_int32
 
 register_op_limits("gqa", lambda **_: None)
 
@@ -97,17 +97,21 @@ def is_supported(k: torch.Tensor, v: torch.Tensor, num_kv_heads: int, num_heads:
     return max(max(k.shape), max(v.shape), num_heads) < 2**31
 
 
-def _on_kernels(a: Any, b: Any, num_kv_heads: Any, num_heads: Any) -> bool:
+def _on_kernels(a: Any, b: Any, num_kv_heads: Any, num_heads: Any) -> int:
     """fwd's and bwd's per-call test: ``is_supported`` less the checks the op makes itself (ranks,
     head counts and devices), which raise the fallback's exception types naming the same argument
-    (see neuralops.core.suitability on the per-call path)."""
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or not kernels_ready(a):
-        return False
+    (see neuralops.core.suitability on the per-call path). ``kernels_ready``'s answer: 0, READY or
+    READY_TRACED."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return 0
+    ready = kernels_ready(a)
+    if not ready:
+        return 0
     if b.dtype not in KERNEL_DTYPES or not (isinstance(num_kv_heads, int) and isinstance(num_heads, int)):
-        return False
+        return 0
     if sizes_fit_int32(a, b) and num_heads < 2**31:
-        return True
-    return is_supported(a, b, num_kv_heads, num_heads)
+        return ready
+    return ready if is_supported(a, b, num_kv_heads, num_heads) else 0
 
 
 def fwd(
@@ -134,9 +138,10 @@ def bwd(
 def _dispatch(a, b, num_kv_heads, num_heads, op_name, names, heads, heads_name, fallback):
     """The op where _on_kernels says so (it checks its arguments itself); else the checks here, then
     the inputs as they are (equal head counts) or the fallback."""
-    if num_kv_heads != num_heads and _on_kernels(a, b, num_kv_heads, num_heads):
+    ready = _on_kernels(a, b, num_kv_heads, num_heads) if num_kv_heads != num_heads else 0
+    if ready:
         op = _OPS[op_name]
-        return (op.overload if torch.compiler.is_compiling() else op.eager)(a, b, num_kv_heads, num_heads)
+        return (op.overload if ready == READY_TRACED else op.eager)(a, b, num_kv_heads, num_heads)
     _check_heads(num_kv_heads, num_heads)
     _check_pair(a, b, heads, names, heads_name)
     if num_kv_heads == num_heads:

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import torch
 
 from neuralops import _library
-from neuralops.core.suitability import kernels_ready, register_op_limits
+from neuralops.core.suitability import READY_TRACED, kernels_ready, register_op_limits
 
 PHIS = ("elu+1", "relu", "identity", "softmax_free")
 MAX_HEAD_DIM = 256
@@ -270,18 +270,20 @@ def _state_args(q: torch.Tensor, state: LinearAttnState | None) -> tuple:
     return state.S.to(dt), state.z.to(dt)
 
 
-def _on_kernels(q: Any, k: Any, v: Any, cos: Any) -> bool:
+def _on_kernels(q: Any, k: Any, v: Any, cos: Any) -> int:
     """fwd's and bwd's per-call test: ``is_supported`` less the checks the op makes itself (k's and
     v's ranks, dtypes and devices), which raise the fallback's exception types naming the same
-    argument (see neuralops.core.suitability on the per-call path)."""
+    argument (see neuralops.core.suitability on the per-call path). ``kernels_ready``'s answer: 0,
+    READY or READY_TRACED."""
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
-        return False
-    if not kernels_ready(q):
-        return False
+        return 0
+    ready = kernels_ready(q)
+    if not ready:
+        return 0
     qs, vs = q.shape, v.shape
     if len(qs) != 4 or len(vs) != 4:
-        return False
-    return _limits(qs[3], qs[2], vs[3], cos is not None) is None
+        return 0
+    return ready if _limits(qs[3], qs[2], vs[3], cos is not None) is None else 0
 
 
 def fwd(
@@ -301,10 +303,11 @@ def fwd(
     Keyword-only: ``scale`` (1.0), ``initial_state`` (None), ``return_state`` (False).
     """
     scale, state, return_state = _options(kwargs, "fwd") if kwargs else (1.0, None, False)
-    if not _on_kernels(q, k, v, cos_weight):
+    ready = _on_kernels(q, k, v, cos_weight)
+    if not ready:
         return linear_attn_pytorch_fallback(q, k, v, is_causal, phi, eps, cos_weight, sin_weight, **kwargs)
     s0, z0 = _state_args(q, state)
-    call = _FWD.overload if torch.compiler.is_compiling() else _FWD.eager
+    call = _FWD.overload if ready == READY_TRACED else _FWD.eager
     out, s, z = call(q, k, v, cos_weight, sin_weight, s0, z0, phi, bool(is_causal), float(eps), scale, return_state)
     return (out, LinearAttnState(s, z)) if return_state else out
 
@@ -323,9 +326,10 @@ def bwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward entrypoint computing gradients for q, k, v (of ``fwd``'s output, given grad_out)."""
     scale, state, _ = _options(kwargs, "bwd")
-    if _on_kernels(q, k, v, cos_weight):
+    ready = _on_kernels(q, k, v, cos_weight)
+    if ready:
         s0, z0 = _state_args(q, state)
-        call = _BWD.overload if torch.compiler.is_compiling() else _BWD.eager
+        call = _BWD.overload if ready == READY_TRACED else _BWD.eager
         dq, dk, dv, _, _ = call(
             grad_out, q, k, v, cos_weight, sin_weight, s0, z0, None, None, phi, bool(is_causal), float(eps), scale,
             False)

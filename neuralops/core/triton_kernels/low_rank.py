@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from neuralops import _library
-from neuralops.core.suitability import kernels_ready, register_op_limits, sizes_fit_int32
+from neuralops.core.suitability import READY_TRACED, kernels_ready, register_op_limits, sizes_fit_int32
 
 BACKENDS = ("auto", "triton", "cublas")
 
@@ -151,17 +151,19 @@ def is_supported(
     return _limits(_rows(x), x.shape[-1], V.shape[0], U.shape[0]) is None
 
 
-def _on_kernels(x: Any, U: Any, V: Any, bias: Any) -> bool:
-    """fwd's per-call test: ``is_supported`` less the checks the op makes itself (ranks, shapes,
-    dtypes and devices of U, V and bias), which raise the fallback's exception types naming the same
-    argument (see neuralops.core.suitability on the per-call path)."""
+def _on_kernels(x: Any, U: Any, V: Any, bias: Any) -> int:
+    """fwd's and bwd's per-call test: ``is_supported`` less the checks the op makes itself (ranks,
+    shapes, dtypes and devices of U, V and bias), which raise the fallback's exception types naming
+    the same argument (see neuralops.core.suitability on the per-call path). ``kernels_ready``'s
+    answer: 0, READY or READY_TRACED."""
     if not (isinstance(x, torch.Tensor) and isinstance(U, torch.Tensor) and isinstance(V, torch.Tensor)):
-        return False
-    if not kernels_ready(x):
-        return False
+        return 0
+    ready = kernels_ready(x)
+    if not ready:
+        return 0
     if sizes_fit_int32(x, U, V):
-        return bias is None or isinstance(bias, torch.Tensor)
-    return is_supported(x, U, V, bias)
+        return ready if bias is None or isinstance(bias, torch.Tensor) else 0
+    return ready if is_supported(x, U, V, bias) else 0
 
 
 def route(x: torch.Tensor, U: torch.Tensor, V: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -184,9 +186,10 @@ def fwd(
     Keyword-only ``backend``: ``"auto"`` (default), ``"triton"`` or ``"cublas"``.
     """
     backend = _parse_kwargs(kwargs, "fwd") if kwargs else "auto"
-    if _on_kernels(x, U, V, bias):
-        if torch.compiler.is_compiling():
-            return _FWD.overload(x, U, V, bias, backend=backend)
+    ready = _on_kernels(x, U, V, bias)
+    if ready == READY_TRACED:
+        return _FWD.overload(x, U, V, bias, backend=backend)
+    if ready:
         return _FWD.eager(x, U, V, bias, backend)
     _check_inputs(x, U, V, bias)
     return low_rank_pytorch_fallback(x, U, V, bias)
@@ -208,9 +211,10 @@ def bwd(
     backend = _parse_kwargs(kwargs, "bwd")
     _check_inputs(x, U, V, bias)
     _check_grad_out(x, U, grad_out)
-    if not is_supported(x, U, V, bias):
+    ready = _on_kernels(x, U, V, bias)  # after the checks above: is_supported's answer
+    if not ready:
         return low_rank_bwd_pytorch_fallback(x, U, V, grad_out, bias)
-    if torch.compiler.is_compiling():
+    if ready == READY_TRACED:
         return _BWD.overload(x, U, V, grad_out, None, bias is not None, backend=backend)
     return _BWD.eager(x, U, V, grad_out, None, bias is not None, backend)
 
