@@ -30,12 +30,14 @@ def block_for(dtype: str, width: int) -> int:
 DECODE_MAX_ROWS = 4  # csrc/ops/linear_attn.cpp kDecodeMaxRows: causal calls this short take la_decode_kernel
 
 
-def segment_count(nc: int, quantum: int, per_segment: int, block: int, causal: bool, sms: int) -> int:
+def segment_count(nc: int, quantum: int, per_segment: int, block: int, dv_tile: int, causal: bool,
+                  sms: int) -> int:
     """csrc/ops/linear_attn.cpp segment_count: few, long segments, as long as the GPU stays busy."""
-    per_sm = 8 if not causal and block > 64 else 4
+    wide = not causal and block > 64 and dv_tile >= 128
+    per_sm = 4 if causal or block <= 64 else 2 if wide else 8
     min_rows = 1024 if causal else 8 * block
     resident = 2 if block <= 64 else 1
-    by_programs = triton.cdiv(per_sm * sms, per_segment)
+    by_programs = max(1, per_sm * sms // per_segment) if wide else triton.cdiv(per_sm * sms, per_segment)
     by_rows = triton.cdiv(nc, triton.cdiv(min_rows, quantum))
     one_wave = max(1, resident * sms // per_segment)
     return min(nc, by_programs, max(by_rows, one_wave))
@@ -102,7 +104,7 @@ class _Setup:
         per_segment = max(1, self.nt * self.h * self.b)
         # As csrc, on the device's multiprocessors (an H100/H200's 132 for the interpreter).
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.device.type == "cuda" else 132
-        g = segment_count(nc, quantum, per_segment, self.bk, bool(self.causal), sms)
+        g = segment_count(nc, quantum, per_segment, self.bk, self.fwd[1], bool(self.causal), sms)
         self.g, self.l = segments(nc, quantum, g, seg_len)
         self.f = self.n_parts * self.d
         self.fd = self.f * self.dv

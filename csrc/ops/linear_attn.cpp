@@ -323,8 +323,11 @@ constexpr int64_t kFoldMaxBlock = 64;  // kernels.py FOLD_MAX_BLOCK
 // (tests/linear_attn_driver.py mirrors it). Every kernel that walks a segment first reads its fp32
 // state (F x Dv), and the state pass writes one per segment for the scan: segments should be few and
 // long, as long as the GPU stays busy. So G is the smaller of
-//   - about `per_sm` programs per multiprocessor (4; 8 for the bidirectional forward at 128
-//     features and more, whose programs are small);
+//   - about `per_sm` programs per multiprocessor (4; for the bidirectional forward at 128 features
+//     and more, 8 where its programs are small, with Dv tiles under 128 columns, and where they
+//     hold 128, the one wave of two per multiprocessor that fits, rounded down: at B1 H16 N65536
+//     D128, 17 segments (272 programs for 264 slots) took 0.484 ms; the Triton JIT took 0.328 ms
+//     with 16 and 0.371 with 64, tenth session);
 //   - segments of at least `min_rows` rows (1024 causal; 8 per feature of the block bidirectional,
 //     where the walk carries no state);
 // but at least one wave of the walking kernels (`resident` programs per multiprocessor: two
@@ -332,12 +335,14 @@ constexpr int64_t kFoldMaxBlock = 64;  // kernels.py FOLD_MAX_BLOCK
 // session): against the old rule (8 or 4 programs per SM, no minimum), causal B4 H16 N4096 D128 fwd
 // 0.390 -> 0.306 ms, fwd+bwd at N2048 D128 1.19 -> 0.90 ms, N4096 1.93 -> 1.66 ms, B1 H16 N65536
 // D128 fwd 1.16 -> 1.10 ms, bidirectional B4 H16 N4096 D128 0.153 -> 0.136 ms.
-int64_t segment_count(int64_t nc, int64_t quantum, int64_t per_segment, int64_t block, bool causal,
-                      int64_t sms) {
-  const int64_t per_sm = !causal && block > 64 ? 8 : 4;
+int64_t segment_count(int64_t nc, int64_t quantum, int64_t per_segment, int64_t block, int64_t dv_tile,
+                      bool causal, int64_t sms) {
+  const bool wide = !causal && block > 64 && dv_tile >= 128;
+  const int64_t per_sm = causal || block <= 64 ? 4 : wide ? 2 : 8;
   const int64_t min_rows = causal ? 1024 : 8 * block;
   const int64_t resident = block <= 64 ? 2 : 1;
-  const int64_t by_programs = ceil_div(per_sm * sms, per_segment);
+  const int64_t by_programs =
+      wide ? std::max<int64_t>(1, per_sm * sms / per_segment) : ceil_div(per_sm * sms, per_segment);
   const int64_t by_rows = ceil_div(nc, ceil_div(min_rows, quantum));
   const int64_t one_wave = std::max<int64_t>(1, resident * sms / per_segment);
   return std::min({nc, by_programs, std::max(by_rows, one_wave)});
@@ -464,7 +469,8 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value});
   const int64_t nc = ceil_div(sh.n, quantum);  // N >= 1: the callers return early on empty inputs
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
-  const int64_t g = segment_count(nc, quantum, per_segment, p.bk, causal, runtime::multiprocessor_count(q.get_device()));
+  const int64_t g = segment_count(nc, quantum, per_segment, p.bk, c_fwd.BT, causal,
+                                  runtime::multiprocessor_count(q.get_device()));
   const int64_t chunks = ceil_div(nc, g);
   p.g = ceil_div(nc, chunks);
   p.l = chunks * quantum;

@@ -151,10 +151,11 @@ def test_fold_rule(d, dv, dtype, fwd, bwd):
     (1, 16, 65536, 128, True, 32, 2048),  # about 4 programs per SM
     (4, 16, 4096, 64, False, 8, 512),  # bidirectional: at least 8 rows per feature
     (4, 16, 4096, 128, False, 4, 1024),
+    (1, 16, 65536, 128, False, 16, 4096),  # one wave of two per SM where a program holds all of Dv
 ])
 def test_segment_rule(b, h, n, d, causal, g, seg_rows):
-    """The segment counts the H200 sweep measured best (benchmarks/results/linear_attn.md, eighth
-    session), as the driver computes them like csrc's segment_count (132 multiprocessors here)."""
+    """The segment counts the H200 sweeps measured best (benchmarks/results/linear_attn.md, eighth
+    and tenth sessions), as the driver computes them like csrc's segment_count (132 multiprocessors here)."""
     q = torch.empty(b, h, n, d, dtype=torch.bfloat16)
     st = drv._Setup(q, q, q, "elu+1", causal, None, None, None)
     assert (st.g, st.l) == (g, seg_rows)

@@ -67,7 +67,13 @@ features, A, v, g and dout round to bf16, and a running state enters its dots as
 bf16 halves (_mm_state), since one rounding of it cost the normalized map's dq about 1e-2 (the
 bf16 bound). A float64 emulation of this scheme on random inputs gave 2e-3 (out) and 6e-3 (dq)
 norm-wise error at N = 512 to 4096, D = 64 and 128, flat in N. At 128 features the states that
-change every chunk enter one tf32 dot instead (_mm_state): faster there, and within bounds.
+change every chunk enter one tf32 dot instead (_mm_state): faster there, and within bounds. The
+outputs' qf S (la_fwd_kernel: the forward and the stats pass, causal and bidirectional) round the
+state to bf16 once: the split bought out nothing it needs. On the H200 (bf16, N 2048-8192, D 64
+and 128) out stayed at 1.7-1.9e-3 and the dq the stats pass feeds at 1.7-4.8e-3, while the causal
+forward went 0.0908 -> 0.0863 ms at B4 H16 N4096 D64 and 1.085 -> 0.952 ms at B1 H16 N65536 D128
+(where the state had entered one tf32 dot), and the bidirectional forward at 128 features could
+hold all of Dv in one program (spec.BIDIR_FWD_TILES).
 fp16 tensors use tf32 dots on fp32 operands: fp16 operands would overflow (S and z grow with N),
 and bf16 ones would cost fp16's tighter bound (dq 6.5e-3 against 5e-3). fp32 tensors use tf32x3
 (fp32 accuracy). Accumulation is always fp32. With bf16 operands the forward's sums (den's qf . z
@@ -169,13 +175,13 @@ def _mm(a, b, PREC: tl.constexpr):
 
 @triton.jit
 def _mm_state(a, st, PREC: tl.constexpr, W: tl.constexpr):
-    """a @ st for a running fp32 state st (S in the causal forward and dq, R in dv and dk),
-    contracting W. With bf16 operands st goes in as hi + lo halves (two dots), so it keeps 16 bits
-    of mantissa; one bf16 rounding of the state cost the dq of the normalized map about 1e-2 (the
-    bf16 bound) on the interpreter tests. At W = 128 one tf32 dot on the fp32 state (11 bits) is
-    faster, and within the tests' bounds on the H200. H200, B1 H16 N65536 D128: forward 1.32 -> 1.12
-    ms (Triton JIT); dq 1.47 -> 1.42, dv 1.29 -> 1.22, dk 1.45 -> 1.27 ms (ncu, built cubins). At 64
-    the split is cheaper (forward 0.096 against 0.102 ms at B4 H16 N4096 D64)."""
+    """a @ st for a running fp32 state st (S in dq, R in dv and dk), contracting W. With bf16
+    operands st goes in as hi + lo halves (two dots), so it keeps 16 bits of mantissa; one bf16
+    rounding of the state cost the dq of the normalized map about 1e-2 (the bf16 bound) on the
+    interpreter tests. At W = 128 one tf32 dot on the fp32 state (11 bits) is faster, and within the
+    tests' bounds on the H200: at B1 H16 N65536 D128 dq 1.47 -> 1.42, dv 1.29 -> 1.22, dk 1.45 ->
+    1.27 ms (ncu, built cubins). At 64 the split is cheaper than tf32 (0.096 against 0.102 ms in
+    the causal forward at B4 H16 N4096 D64, which has since dropped both for one rounding)."""
     if PREC == 1 and W == 128:
         out = tl.dot(a.to(tl.float32), st, input_precision="tf32")
     elif PREC == 1:
@@ -231,28 +237,6 @@ def _ones_column(C: tl.constexpr, first_only: tl.constexpr):
 def _z_of(zc):
     """z [BK] back from its [BK, SUM_W] tile (column 0)."""
     return tl.sum(tl.where(tl.arange(0, SUM_W)[None, :] == 0, zc, 0.0), 1)
-
-
-@triton.jit
-def _state_halves(st, PREC: tl.constexpr):
-    """A fixed state's dot operands for _mm_halves: its hi and lo bf16 halves (PREC 1), else itself."""
-    if PREC == 1:
-        hi = st.to(tl.bfloat16)
-        lo = (st - hi.to(tl.float32)).to(tl.bfloat16)
-    else:
-        hi = st
-        lo = st
-    return hi, lo
-
-
-@triton.jit
-def _mm_halves(a, hi, lo, PREC: tl.constexpr):
-    """a @ st from _state_halves(st): _mm_state's hi + lo split, made once for a fixed state (at
-    every width)."""
-    out = _mm(a, hi, PREC)
-    if PREC == 1:
-        out = _mma(a, lo, out, PREC)
-    return out
 
 
 @triton.jit
@@ -577,8 +561,8 @@ def la_fwd_kernel(
             ones_row = _ones_column(C, True)
             ones_all = _ones_column(C, False)
     if not CAUSAL:
-        # The state is fixed: its dot operands once, and the fp32 state need not stay in registers.
-        s_hi, s_lo = _state_halves(s, PREC)
+        # The state is fixed: its dot operand once, and the fp32 state need not stay in registers.
+        s_op = _op(s, PREC)
         if PREC == 1:
             zop = _z_operand(zc)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
@@ -594,10 +578,12 @@ def la_fwd_kernel(
             dacc = tl.dot(qf, zop)
         else:
             den = tl.sum(qf.to(tl.float32) * z[None, :], 1) + eps
+        # The outputs take the state rounded once (bf16 operands): the hi + lo split that _mm_state
+        # keeps for the backward's dq bought out nothing it needs (module doc, Precision).
         if CAUSAL:
-            out = _mm_state(qf, s, PREC, BK)
+            out = _mm(qf, s, PREC)
         else:
-            out = _mm_halves(qf, s_hi, s_lo, PREC)
+            out = _mm(qf, s_op, PREC)
         if CAUSAL:  # dots only: the loads above stay unconditional, so they pipeline
             a = _mm(qf, tl.trans(kf), PREC)
             a = tl.where(ci[:, None] >= ci[None, :], a, 0.0)

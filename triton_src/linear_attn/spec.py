@@ -41,10 +41,13 @@ TILES = {
 # forward 2.12 ms against 1.61 ms with (32, 128, 8, 3). Both stay under 99 KB of shared memory.
 STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3)}
 FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3)}
-# The bidirectional forward (CAUSAL = 0) keeps only the fixed state's bf16 halves for its loop: at
-# 128 features, all of Dv in one program held 64 KB of them in registers (3.8x the memory floor at
-# B4 H16 N4096); Dv tiles of 64, as at 64 features, hold a quarter.
-BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 64, 4, 3)}
+# The bidirectional forward (CAUSAL = 0) keeps only the fixed state's bf16 operand for its loop.
+# While that was a hi + lo pair, all of Dv in one program at 128 features held 64 KB of it in
+# registers (3.8x the memory floor at B4 H16 N4096) and Dv tiles of 64 won. With one bf16 rounding
+# (kernels.py, Precision) all of Dv fits, and q is read and its features computed once per row:
+# H200 JIT sweep, B4 H16 N4096 D128 0.119 -> 0.100 ms, B1 H16 N65536 D128 0.401 -> 0.328 ms (with
+# segment_count's two programs per SM; results/linear_attn.md, tenth session).
+BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3)}
 
 
 def fwd_tiles(causal: int) -> dict:
