@@ -38,7 +38,7 @@ def main() -> None:
     x, U, V, b = torch.randn(16, 64), torch.randn(32, 8), torch.randn(8, 64), torch.randn(32)
     kv = torch.randn(1, 2, 8, 16, dtype=torch.bfloat16)
     def stub(result: object) -> Op:
-        return Op(lambda *args, **kwargs: result, lambda *args: result)
+        return Op(lambda *args, **kwargs: result, lambda *args: result, lambda *args: result)
 
     linear_attn._FWD = stub((q, q, q))
     low_rank._FWD = stub(x)

@@ -50,29 +50,39 @@ _FASTCALL = _load_fastcall() if LOADED else None
 FASTCALL: bool = _FASTCALL is not None
 
 
-class Op(NamedTuple):
-    """One op, two ways to call it (see ``op``)."""
+# kernels_ready's answers other than 0 (neuralops.core.suitability): how an op is to be called.
+# Eagerly through its fast path, or, while torch.compile traces, through its overload.
+READY = 1
+READY_TRACED = 2
 
-    overload: Any  # torch.ops.neuralops.<name>.default: traceable (torch.compile, FX)
-    eager: Callable[..., Any]  # the fast path, or the overload where there is none
+
+class Op(NamedTuple):
+    """One op, called positionally (the schema's arguments in order, keyword-only ones too)."""
+
+    overload: Any  # torch.ops.neuralops.<name>.default
+    eager: Callable[..., Any]  # the fast path, or ``traced`` where there is none
+    traced: Callable[..., Any]  # the overload, keyword-only arguments passed as keywords: traceable
+
+    def entry(self, ready: int) -> Callable[..., Any]:
+        """The callable for kernels_ready's answer ``ready`` (READY or READY_TRACED)."""
+        return self.traced if ready == READY_TRACED else self.eager
 
 
 def op(name: str) -> Op:
     """The op ``torch.ops.neuralops.<name>`` for the Python layer's calls.
 
-    ``eager`` takes the schema's arguments all positionally, keyword-only ones too, in schema order,
-    and calls the op through its typed dispatcher handle (csrc/python/fastcall.cpp): a few
+    ``eager`` calls the op through its typed dispatcher handle (csrc/python/fastcall.cpp): a few
     microseconds less per call than the overload, whose boxed call parses the arguments against the
     schema. What it cannot take exactly (a Tensor subclass, a torch function mode, other argument
-    types) goes to the overload. Dynamo does not trace it: under ``torch.compile`` call ``overload``.
+    types) goes to the overload. Dynamo does not trace it: under ``torch.compile`` call ``traced``.
     """
     overload = getattr(torch.ops.neuralops, name).default
-    if _FASTCALL is None:
-        kw_only = [a.name for a in overload._schema.arguments if a.kwarg_only]
-
-        def eager(*args: Any) -> Any:
+    kw_only = [a.name for a in overload._schema.arguments if a.kwarg_only]
+    if kw_only:
+        def traced(*args: Any) -> Any:
             split = len(args) - len(kw_only)
             return overload(*args[:split], **dict(zip(kw_only, args[split:])))
-
-        return Op(overload, eager)
-    return Op(overload, _FASTCALL.bind(overload._schema.name, overload))
+    else:
+        traced = overload
+    eager = traced if _FASTCALL is None else _FASTCALL.bind(overload._schema.name, overload)
+    return Op(overload, eager, traced)

@@ -78,10 +78,9 @@ def device_arch(device_index: int) -> int:
 # Device index -> whether a cubin runs there: fixed for the life of the process.
 _DEVICE_READY: dict[int, bool] = {}
 
-# kernels_ready's answers other than 0 (not ready): how the op is to be called. Eagerly through its
-# fast path (_library.Op.eager), or, while torch.compile traces, through its overload.
-READY = 1
-READY_TRACED = 2
+# kernels_ready's answers other than 0 (not ready), which _library.Op.entry turns into the op's
+# callable.
+READY, READY_TRACED = _library.READY, _library.READY_TRACED
 
 
 def kernels_ready(tensor: torch.Tensor) -> int:

@@ -181,15 +181,17 @@ def test_without_the_module(monkeypatch):
     _same(op.eager(*args), op.overload(*args[:4], backend=args[4]))
 
 
-@pytest.mark.parametrize("ready,entry", [(suitability.READY, "eager"), (suitability.READY_TRACED, "overload")])
+@pytest.mark.parametrize("ready,entry", [(suitability.READY, "eager"), (suitability.READY_TRACED, "traced")])
 def test_the_layer_picks_the_entry_kernels_ready_names(monkeypatch, ready, entry):
     """kernels_ready's answer picks the entry (one is_compiling() per call): the fast path eagerly,
-    the overload while torch.compile traces; each op's fwd and bwd, with the op's own checks."""
+    the overload (positionally, through Op.traced) while torch.compile traces; each op's fwd and
+    bwd, with the op's own checks."""
     calls = []
 
     def recording(result):
         return _library.Op(lambda *a, **k: calls.append("overload") or result,
-                           lambda *a: calls.append("eager") or result)
+                           lambda *a: calls.append("eager") or result,
+                           lambda *a: calls.append("traced") or result)
 
     x = torch.randn(2, 1, 4, 16)
     monkeypatch.setattr(la, "kernels_ready", lambda t: ready)
@@ -208,3 +210,16 @@ def test_the_layer_picks_the_entry_kernels_ready_names(monkeypatch, ready, entry
     monkeypatch.setitem(gqa._OPS, "gqa_fwd", recording((kv, kv)))
     gqa.fwd(kv, kv, 2, 4)
     assert calls == [entry] * 5
+
+
+def test_traced_entry_compiles_without_graph_breaks():
+    """The entry the layer calls while torch.compile traces takes the same positional form as the
+    fast path, keyword-only arguments too (low_rank_fwd's backend), and Dynamo traces it whole."""
+    op = _library.op("low_rank_fwd")
+    x, U, V = torch.randn(3, 16), torch.randn(8, 4), torch.randn(4, 16)
+
+    def f(x, U, V):
+        return op.entry(suitability.READY_TRACED)(x, U, V, None, "auto")
+
+    compiled = torch.compile(f, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x, U, V), op.overload(x, U, V, None, backend="auto"), rtol=0, atol=0)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from neuralops import _library
-from neuralops.core.suitability import KERNEL_DTYPES, READY_TRACED, kernels_ready, register_op_limits, sizes_fit_int32
+from neuralops.core.suitability import KERNEL_DTYPES, kernels_ready, register_op_limits, sizes_fit_int32
 
 register_op_limits("gqa", lambda **_: None)
 
@@ -140,8 +140,7 @@ def _dispatch(a, b, num_kv_heads, num_heads, op_name, names, heads, heads_name, 
     the inputs as they are (equal head counts) or the fallback."""
     ready = _on_kernels(a, b, num_kv_heads, num_heads) if num_kv_heads != num_heads else 0
     if ready:
-        op = _OPS[op_name]
-        return (op.overload if ready == READY_TRACED else op.eager)(a, b, num_kv_heads, num_heads)
+        return _OPS[op_name].entry(ready)(a, b, num_kv_heads, num_heads)
     _check_heads(num_kv_heads, num_heads)
     _check_pair(a, b, heads, names, heads_name)
     if num_kv_heads == num_heads:
@@ -149,7 +148,7 @@ def _dispatch(a, b, num_kv_heads, num_heads, op_name, names, heads, heads_name, 
     return fallback(a, b, num_kv_heads, num_heads)
 
 
-# The ops, looked up once: their overloads for torch.compile, and the eager fast path (_library.op).
+# The ops, looked up once (_library.op).
 _OPS = {name: _library.op(name) for name in ("gqa_fwd", "gqa_bwd")} if _library.LOADED else {}
 
 

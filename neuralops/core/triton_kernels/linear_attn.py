@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import torch
 
 from neuralops import _library
-from neuralops.core.suitability import READY_TRACED, kernels_ready, register_op_limits
+from neuralops.core.suitability import kernels_ready, register_op_limits
 
 PHIS = ("elu+1", "relu", "identity", "softmax_free")
 MAX_HEAD_DIM = 256
@@ -307,8 +307,8 @@ def fwd(
     if not ready:
         return linear_attn_pytorch_fallback(q, k, v, is_causal, phi, eps, cos_weight, sin_weight, **kwargs)
     s0, z0 = _state_args(q, state)
-    call = _FWD.overload if ready == READY_TRACED else _FWD.eager
-    out, s, z = call(q, k, v, cos_weight, sin_weight, s0, z0, phi, bool(is_causal), float(eps), scale, return_state)
+    out, s, z = _FWD.entry(ready)(q, k, v, cos_weight, sin_weight, s0, z0, phi, bool(is_causal), float(eps), scale,
+                                  return_state)
     return (out, LinearAttnState(s, z)) if return_state else out
 
 
@@ -329,8 +329,7 @@ def bwd(
     ready = _on_kernels(q, k, v, cos_weight)
     if ready:
         s0, z0 = _state_args(q, state)
-        call = _BWD.overload if ready == READY_TRACED else _BWD.eager
-        dq, dk, dv, _, _ = call(
+        dq, dk, dv, _, _ = _BWD.entry(ready)(
             grad_out, q, k, v, cos_weight, sin_weight, s0, z0, None, None, phi, bool(is_causal), float(eps), scale,
             False)
         return dq, dk, dv
@@ -342,7 +341,7 @@ def bwd(
     return dq, dk, dv
 
 
-# The ops, looked up once: their overloads for torch.compile, and the eager fast path (_library.op).
+# The ops, looked up once (_library.op).
 _FWD = _library.op("linear_attn_fwd") if _library.LOADED else None
 _BWD = _library.op("linear_attn_bwd") if _library.LOADED else None
 

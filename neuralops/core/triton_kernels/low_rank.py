@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from neuralops import _library
-from neuralops.core.suitability import READY_TRACED, kernels_ready, register_op_limits, sizes_fit_int32
+from neuralops.core.suitability import kernels_ready, register_op_limits, sizes_fit_int32
 
 BACKENDS = ("auto", "triton", "cublas")
 
@@ -187,10 +187,8 @@ def fwd(
     """
     backend = _parse_kwargs(kwargs, "fwd") if kwargs else "auto"
     ready = _on_kernels(x, U, V, bias)
-    if ready == READY_TRACED:
-        return _FWD.overload(x, U, V, bias, backend=backend)
     if ready:
-        return _FWD.eager(x, U, V, bias, backend)
+        return _FWD.entry(ready)(x, U, V, bias, backend)
     _check_inputs(x, U, V, bias)
     return low_rank_pytorch_fallback(x, U, V, bias)
 
@@ -214,12 +212,10 @@ def bwd(
     ready = _on_kernels(x, U, V, bias)  # after the checks above: is_supported's answer
     if not ready:
         return low_rank_bwd_pytorch_fallback(x, U, V, grad_out, bias)
-    if ready == READY_TRACED:
-        return _BWD.overload(x, U, V, grad_out, None, bias is not None, backend=backend)
-    return _BWD.eager(x, U, V, grad_out, None, bias is not None, backend)
+    return _BWD.entry(ready)(x, U, V, grad_out, None, bias is not None, backend)
 
 
-# The ops, looked up once: their overloads for torch.compile, and the eager fast path (_library.op).
+# The ops, looked up once (_library.op).
 _FWD = _library.op("low_rank_fwd") if _library.LOADED else None
 _BWD = _library.op("low_rank_bwd") if _library.LOADED else None
 
