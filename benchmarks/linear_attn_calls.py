@@ -21,7 +21,7 @@ def _inputs(b: int, h: int, n: int, d: int, grad: bool = False,
     return [t.requires_grad_(grad) for t in ts]
 
 
-def _fwd(b: int, h: int, n: int, d: int, causal: bool,
+def fwd_case(b: int, h: int, n: int, d: int, causal: bool,
          dtype: torch.dtype = torch.bfloat16) -> tuple[str, Callable[[], object]]:
     q, k, v = _inputs(b, h, n, d, dtype=dtype)
     tag = "" if dtype == torch.bfloat16 else " fp16"
@@ -29,7 +29,7 @@ def _fwd(b: int, h: int, n: int, d: int, causal: bool,
     return name, lambda: la.fwd(q, k, v, causal)
 
 
-def _fwd_bwd(b: int, h: int, n: int, d: int) -> tuple[str, Callable[[], object]]:
+def fwd_bwd_case(b: int, h: int, n: int, d: int) -> tuple[str, Callable[[], object]]:
     q, k, v = _inputs(b, h, n, d, grad=True)
     grad_out = torch.randn_like(q)
 
@@ -43,13 +43,13 @@ def _fwd_bwd(b: int, h: int, n: int, d: int) -> tuple[str, Callable[[], object]]
 
 def main() -> None:
     timer = Timer(warmup=3, reps=25)
-    cases = [_fwd(4, 16, 4096, 64, True), _fwd(1, 16, 65536, 128, True), _fwd(4, 16, 4096, 128, True),
-             _fwd(4, 16, 2048, 128, True),
-             _fwd_bwd(4, 16, 4096, 64), _fwd_bwd(4, 16, 2048, 64), _fwd_bwd(4, 16, 2048, 128),
-             _fwd_bwd(4, 16, 4096, 128), _fwd_bwd(1, 16, 65536, 128),
-             _fwd(4, 16, 4096, 64, False), _fwd(4, 16, 4096, 128, False), _fwd(1, 16, 65536, 128, False),
-             _fwd(4, 16, 4096, 256, True), _fwd(4, 16, 4096, 256, False),
-             _fwd(4, 16, 4096, 128, False, torch.float16)]
+    cases = [fwd_case(4, 16, 4096, 64, True), fwd_case(1, 16, 65536, 128, True), fwd_case(4, 16, 4096, 128, True),
+             fwd_case(4, 16, 2048, 128, True),
+             fwd_bwd_case(4, 16, 4096, 64), fwd_bwd_case(4, 16, 2048, 64), fwd_bwd_case(4, 16, 2048, 128),
+             fwd_bwd_case(4, 16, 4096, 128), fwd_bwd_case(1, 16, 65536, 128),
+             fwd_case(4, 16, 4096, 64, False), fwd_case(4, 16, 4096, 128, False), fwd_case(1, 16, 65536, 128, False),
+             fwd_case(4, 16, 4096, 256, True), fwd_case(4, 16, 4096, 256, False),
+             fwd_case(4, 16, 4096, 128, False, torch.float16)]
     for name, run in cases:
         print(f"{name:40s} {timer.median_ms(run):.4f} ms", flush=True)
 

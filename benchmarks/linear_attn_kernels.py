@@ -13,32 +13,17 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from linear_attn_calls import fwd_bwd_case, fwd_case  # this script's directory: sys.path[0]
 from neuralops.bench.timing import Timer
-from neuralops.core.triton_kernels import linear_attn as la
 
-# name -> (B, H, N, D, kind): kind "fwd" causal forward, "fb" causal forward+backward, "bi" bidirectional.
+# name -> the call, as benchmarks/linear_attn_calls.py builds it (bf16).
 CASES = {
-    "f64": (4, 16, 4096, 64, "fwd"), "fb64": (4, 16, 4096, 64, "fb"), "fb64s": (4, 16, 2048, 64, "fb"),
-    "f128": (4, 16, 4096, 128, "fwd"), "f128L": (1, 16, 65536, 128, "fwd"), "fb128s": (4, 16, 2048, 128, "fb"),
-    "fb128L": (1, 16, 65536, 128, "fb"), "b64": (4, 16, 4096, 64, "bi"), "b128": (4, 16, 4096, 128, "bi"),
-    "b128L": (1, 16, 65536, 128, "bi"),
+    "f64": lambda: fwd_case(4, 16, 4096, 64, True), "f128": lambda: fwd_case(4, 16, 4096, 128, True),
+    "f128L": lambda: fwd_case(1, 16, 65536, 128, True), "fb64": lambda: fwd_bwd_case(4, 16, 4096, 64),
+    "fb64s": lambda: fwd_bwd_case(4, 16, 2048, 64), "fb128s": lambda: fwd_bwd_case(4, 16, 2048, 128),
+    "fb128L": lambda: fwd_bwd_case(1, 16, 65536, 128), "b64": lambda: fwd_case(4, 16, 4096, 64, False),
+    "b128": lambda: fwd_case(4, 16, 4096, 128, False), "b128L": lambda: fwd_case(1, 16, 65536, 128, False),
 }
-
-
-def _call(b: int, h: int, n: int, d: int, kind: str) -> Callable[[], object]:
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_(kind == "fb")
-               for _ in range(3))
-    if kind != "fb":
-        return lambda: la.fwd(q, k, v, kind == "fwd")
-    grad_out = torch.randn_like(q)
-
-    def step() -> None:
-        for t in (q, k, v):
-            t.grad = None
-        la.fwd(q, k, v, True).backward(grad_out)
-
-    return step
 
 
 def kernel_times(fn: Callable[[], object], iters: int = 10) -> list[tuple[str, float]]:
@@ -62,7 +47,7 @@ def kernel_times(fn: Callable[[], object], iters: int = 10) -> list[tuple[str, f
 def main() -> None:
     timer = Timer(warmup=3, reps=25)
     for name in sys.argv[1:] or list(CASES):
-        fn = _call(*CASES[name])
+        _, fn = CASES[name]()
         ms = timer.median_ms(fn)
         kernels = " ".join(f"{k}:{us:.1f}" for k, us in kernel_times(fn))
         print(f"{name:7s} {ms:8.4f} ms  | {kernels}", flush=True)
