@@ -19,6 +19,13 @@ TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 4e-3, torch.bfl
 op = torch.ops.neuralops
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Fixed inputs: a 1 x 1 x 1 product plus bias in float16 can cancel to near zero, where no
+    rounding stays within a relative bound (unseeded, such a draw failed a local run)."""
+    torch.manual_seed(0)
+
+
 def make(lead, k, r, n, dtype=torch.float32, bias=True, requires_grad=False):
     x = torch.randn(*lead, k, dtype=torch.float64)
     V = torch.randn(r, k, dtype=torch.float64) / k**0.5
