@@ -9,7 +9,8 @@ import triton
 
 from triton_src.linear_attn import kernels as K
 from triton_src.linear_attn.spec import (BLOCKS, DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
-                                         STATE_TILES, TILES, VALUE_TILES, feature_key, fwd_tiles)
+                                         STATE_TILES, TILES, VALUE_TILES, feature_key, fwd_tiles,
+                                         fused_built)
 
 
 def pad16(x: int) -> int:
@@ -220,6 +221,24 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
     return _unpad(out, st.dv), sf, zf
 
 
+def _one_feature_tile(st: _Setup) -> tuple[bool, dict]:
+    """Whether one dq or dk program holds all of F, and the key of those kernels."""
+    bkv = block_for(st.dtype, st.dvp)
+    return triton.cdiv(st.dp, VALUE_TILES[st.dtype, bkv][1] // st.n_parts) == 1, {"dtype": st.dtype, "BKV": bkv}
+
+
+def dq_uses_stats(st: _Setup) -> bool:
+    """csrc's dq_key: dq computes den and dout . out itself where one program holds all of F."""
+    one, key = _one_feature_tile(st)
+    return bool(st.normalize) and one and fused_built(key)
+
+
+def dk_computes_dv(st: _Setup) -> bool:
+    """csrc's dv_in_dk: dk computes dv too where one program holds all of F."""
+    one, key = _one_feature_tile(st)
+    return one and fused_built(key)
+
+
 def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
              ds_fin=None, dz_fin=None, state_grad=False, seg_len=None):
     """(dq, dk, dv, dS0 or None, dz0 or None)."""
@@ -228,19 +247,29 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
     do = _padded(dout, st.dvp, 0.0)
     states = st.forward_states(s0, z0, backward=True)
     s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = states
+    bkv = block_for(st.dtype, st.dvp)
+    c2, bf, w2, s2 = VALUE_TILES[st.dtype, bkv]
+    launch2 = dict(num_warps=w2, num_stages=s2)
+    nf = triton.cdiv(st.dp, bf // st.n_parts)
+    stats = int(dq_uses_stats(st))
     den, dl = st.dummy, st.dummy
     if st.normalize:
         den = torch.empty(st.b, st.h, st.n, dtype=torch.float32, device=dev)
-        dl = torch.empty(st.b, st.h, st.nt, st.n, dtype=torch.float32, device=dev)
+        dl = torch.empty(st.b, st.h, 1 if stats else st.nt, st.n, dtype=torch.float32, device=dev)
+    if st.normalize and not stats:
         st.fwd_pass(do, states, scale, eps, den=den, dl=dl)
         if st.nt > 1:  # the shares per Dv tile summed by the scan (csrc sum_tile_shares)
             total = torch.empty(st.b, st.h, st.n, dtype=torch.float32, device=dev)
             _launch_scan(dl, total, st.b * st.h, st.nt, st.n, st.n, st.n, st.n, 1, 2, None, None, None, None, st.dummy)
             dl = total
-    bkv = block_for(st.dtype, st.dvp)
-    c2, bf, w2, s2 = VALUE_TILES[st.dtype, bkv]
-    launch2 = dict(num_warps=w2, num_stages=s2)
-    nf = triton.cdiv(st.dp, bf // st.n_parts)
+    dq = torch.empty(st.b, st.h, st.n, st.dp, dtype=q.dtype, device=dev)
+    K.la_bwd_dq_kernel[(nf * st.n_rep * st.g * st.b * st.hkv,)](
+        st.q, st.k, st.v, do, dq, st.wc, st.ws, s, z, den, dl,
+        st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
+        st.phi_kind, st.normalize, st.n_parts, has_s,
+        scale, eps, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dq),
+        st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
+        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, FEAT=st.feat, STATS=stats, **launch2)
     ds0 = dz0 = None
     if state_grad:
         ds0 = torch.empty(st.b, st.hkv, st.f, st.dv, dtype=torch.float32, device=dev)
@@ -261,31 +290,25 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         r, rz, sr_bh, sr_g, srz_bh, srz_g, has_r = ds_fin, dz_fin, st.fd, 0, st.f, 0, 1
     else:
         r, rz, sr_bh, sr_g, srz_bh, srz_g, has_r = st.dummy, st.dummy, 0, 0, 0, 0, 0
-    dq = torch.empty(st.b, st.h, st.n, st.dp, dtype=q.dtype, device=dev)
-    K.la_bwd_dq_kernel[(nf * st.n_rep * st.g * st.b * st.hkv,)](
-        st.q, st.k, st.v, do, dq, st.wc, st.ws, s, z, den, dl,
-        st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
-        st.phi_kind, st.normalize, st.n_parts, has_s,
-        scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dq),
-        st.sw_b, ss_bh, ss_g, sz_bh, sz_g,
-        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, FEAT=st.feat, **launch2)
     dk = torch.empty(st.b, st.hkv, st.n, st.dp, dtype=q.dtype, device=dev)
     dv = torch.empty(st.b, st.hkv, st.n, st.dvp, dtype=q.dtype, device=dev)
-    c, bt, launch, nt = st.dvt
-    K.la_bwd_dv_kernel[(nt * st.g * st.b * st.hkv,)](
-        st.q, st.k, do, dv, st.wc, st.ws, r, den,
-        st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
-        st.phi_kind, st.normalize, st.n_parts, has_r,
-        scale, *_st(st.q), *_st(st.k), *_st(do), *_st(dv),
-        st.sw_b, sr_bh, sr_g,
-        C=c, CAUSAL=st.causal, BK=st.bk, BT=bt, PREC=st.prec, FEAT=st.feat, **launch)
+    dv_in_dk = dk_computes_dv(st)
+    if not dv_in_dk:
+        c, bt, launch, nt = st.dvt
+        K.la_bwd_dv_kernel[(nt * st.g * st.b * st.hkv,)](
+            st.q, st.k, do, dv, st.wc, st.ws, r, den,
+            st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
+            st.phi_kind, st.normalize, st.n_parts, has_r,
+            scale, *_st(st.q), *_st(st.k), *_st(do), *_st(dv),
+            st.sw_b, sr_bh, sr_g,
+            C=c, CAUSAL=st.causal, BK=st.bk, BT=bt, PREC=st.prec, FEAT=st.feat, **launch)
     K.la_bwd_dk_kernel[(nf * st.g * st.b * st.hkv,)](
-        st.q, st.k, st.v, do, dk, st.wc, st.ws, r, rz, den, dl,
+        st.q, st.k, st.v, do, dk, dv, st.wc, st.ws, r, rz, den, dl,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
         st.phi_kind, st.normalize, st.n_parts, has_r,
-        scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dk),
+        scale, *_st(st.q), *_st(st.k), *_st(st.v), *_st(do), *_st(dk), *_st(dv),
         st.sw_b, sr_bh, sr_g, srz_bh, srz_g,
-        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, FEAT=st.feat, **launch2)
+        C=c2, CAUSAL=st.causal, BF=bf, BKV=bkv, PREC=st.prec, FEAT=st.feat, WITH_DV=int(dv_in_dk), **launch2)
     return _unpad(dq, st.d), _unpad(dk, st.d), _unpad(dv, st.dv), ds0, dz0
 
 

@@ -462,7 +462,7 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   // kernels chunk by their own tile (C of VALUE_TILES), which can exceed the forward's: a segment
   // of 32 rows walked in chunks of 64 summed the next segment's rows into its reverse state.
   const int64_t bkv = block_for(p.dtype, p.dvp);
-  const auto c_dq = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat});
+  const auto c_dq = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat, 0});
   const int64_t c_value = c_dq.C;
   p.fold_fwd = p.bk <= kFoldMaxBlock && c_fwd.BT <= kFoldMaxBlock;
   p.fold_bwd = p.fold_fwd && c_dq.BF <= kFoldMaxBlock && bkv <= kFoldMaxBlock;
@@ -665,10 +665,19 @@ BwdResult bwd_cuda(
   Launches config;
   Tensor fwd_buffer;
   const Segments seg = forward_states(p, s0, z0, nullptr, nullptr, true, fwd_buffer, config);
+  const int64_t bkv = block_for(p.dtype, p.dvp);
+  const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat, 0}).BF;
+  const int64_t nf = ceil_div(p.dp, bf / sh.parts);
+  // Where one dq program holds all of F (and all of Dv), it computes its rows' den and dout . out
+  // itself (STATS) instead of a stats pass that reads q, k, v and dout a second time.
+  const aot::LaBwdDqKey dq_key{p.dtype, bkv, causal, p.feat,
+                               phi.normalize && nf == 1 && aot::la_bwd_dq_built({p.dtype, bkv, causal, p.feat, 1})};
   Tensor den, dl;
   if (phi.normalize) {
     den = at::empty({sh.b, sh.h, sh.n}, f32);
-    dl = at::empty({sh.b, sh.h, p.nt, sh.n}, f32);
+    dl = at::empty({sh.b, sh.h, dq_key.STATS ? 1 : p.nt, sh.n}, f32);
+  }
+  if (phi.normalize && !dq_key.STATS) {
     aot::la_fwd({p.dtype, p.bk, causal, p.feat}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"),
                 p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(),
                 p.w.s(), seg.s, seg.z, nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), sh.h, sh.hkv,
@@ -680,11 +689,17 @@ BwdResult bwd_cuda(
       dl = sum_tile_shares(dl, config);
     }
   }
+  Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
+  aot::la_bwd_dq(dq_key, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
+                 p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(),
+                 p.w.s(), seg.s, seg.z, phi.normalize ? den.data_ptr() : nullptr,
+                 phi.normalize ? dl.data_ptr() : nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l,
+                 phi.kind, phi.normalize, sh.parts, seg.has, static_cast<float>(scale), static_cast<float>(eps),
+                 st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
+                 st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0), st(dq, 1), st(dq, 2), p.w.stride_b,
+                 seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
   const void* den_ptr = phi.normalize ? den.const_data_ptr() : nullptr;
   const void* dl_ptr = phi.normalize ? dl.const_data_ptr() : nullptr;
-  const int64_t bkv = block_for(p.dtype, p.dvp);
-  const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat}).BF;
-  const int64_t nf = ceil_div(p.dp, bf / sh.parts);
   // The reverse states: R (sum of qf^T g over later rows) and rho, per kv head and segment, from
   // each segment's sums per query head (la_state in GRADS mode: q as the keys, grad_out as the
   // values), scanned in reverse and summed over the query heads of each kv head.
@@ -707,29 +722,27 @@ BwdResult bwd_cuda(
   } else if (dsf) {
     rev = {dsf->const_data_ptr(), dzf->const_data_ptr(), p.fd, 0, p.f, 0, 1};
   }
-  Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
-  aot::la_bwd_dq({p.dtype, bkv, causal, p.feat}, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"),
-                 p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(),
-                 dq.mutable_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp,
-                 p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, static_cast<float>(scale),
-                 st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
-                 st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0), st(dq, 1), st(dq, 2), p.w.stride_b,
-                 seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
   Tensor dk = kernel_output(sh.b, sh.hkv, sh.n, p.dp, k);
   Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
-  aot::la_bwd_dv({p.dtype, p.bk, causal, p.feat}, config(q, p.nt_dv * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"),
-                 p.q.const_data_ptr(), p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(),
-                 p.w.s(), rev.s, den_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind,
-                 phi.normalize, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2),
-                 st(p.k, 0), st(p.k, 1), st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1),
-                 st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
-  aot::la_bwd_dk({p.dtype, bkv, causal, p.feat}, config(q, nf * p.g * sh.b * sh.hkv, "linear_attn_bwd dk"),
+  // Where one dk program holds all of F, it computes dv as well (WITH_DV): the dv pass would read
+  // q, k and grad_out again and repeat the reverse state's update.
+  const bool dv_in_dk = nf == 1 && aot::la_bwd_dk_built({p.dtype, bkv, causal, p.feat, 1});
+  if (!dv_in_dk) {
+    aot::la_bwd_dv({p.dtype, p.bk, causal, p.feat}, config(q, p.nt_dv * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"),
+                   p.q.const_data_ptr(), p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(),
+                   p.w.s(), rev.s, den_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind,
+                   phi.normalize, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2),
+                   st(p.k, 0), st(p.k, 1), st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1),
+                   st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
+  }
+  aot::la_bwd_dk({p.dtype, bkv, causal, p.feat, dv_in_dk},
+                 config(q, nf * p.g * sh.b * sh.hkv, dv_in_dk ? "linear_attn_bwd dk and dv" : "linear_attn_bwd dk"),
                  p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(),
-                 dk.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, rev.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp,
-                 p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, rev.has,
+                 dk.mutable_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, rev.z, den_ptr, dl_ptr, sh.h,
+                 sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, rev.has,
                  static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
                  st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dk, 0), st(dk, 1),
-                 st(dk, 2), p.w.stride_b, rev.s_bh, rev.s_g, rev.z_bh, rev.z_g);
+                 st(dk, 2), st(dv, 0), st(dv, 1), st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g, rev.z_bh, rev.z_g);
   return {unpad(dq, sh.d), unpad(dk, sh.d), unpad(dv, sh.dv), ds0, dz0};
 }
 

@@ -127,6 +127,44 @@ def test_folded_scan_matches_scan(monkeypatch, causal):
         assert rel_error(folded, scanned) <= 1e-3  # fp32 sums in another order, bf16 outputs
 
 
+@pytest.mark.parametrize("causal,cos,phi", [(True, False, "elu+1"), (False, True, "elu+1"),
+                                            (True, False, "softmax_free")])
+def test_fused_backward_matches_separate_passes(monkeypatch, causal, cos, phi):
+    """The fused backward kernels (dq computing its rows' den and dout . out, STATS; dk computing dv,
+    WITH_DV) against the separate stats and dv passes, all three gradients, with segments and GQA."""
+    q, k, v = make(1, 4, 2, 150, 16, 24, torch.bfloat16)
+    dout = torch.randn(1, 4, 150, 24, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    w = cosformer(150) if cos else (None, None)
+    kw = dict(phi=phi, causal=causal, seg_len=64, cos=w[0], sin=w[1])
+    st = drv._Setup(q, k, v, phi, causal, w[0], w[1], 64)
+    assert drv.dq_uses_stats(st) == (phi != "softmax_free") and drv.dk_computes_dv(st)
+    fused = drv.backward(dout, q, k, v, **kw)[:3]
+    monkeypatch.setattr(drv, "fused_built", lambda key: False)
+    separate = drv.backward(dout, q, k, v, **kw)[:3]
+    for a, b in zip(fused, separate):
+        assert rel_error(a, b) <= 1e-3  # the same sums, z summed in fp32 rather than through bf16 dots
+
+
+@pytest.mark.parametrize("d,dv,dtype,cos,fused", [
+    (64, 64, torch.bfloat16, False, True),
+    (32, 64, torch.bfloat16, True, True),  # Cosformer: 64 features in all
+    (64, 64, torch.float16, False, False),  # tf32 operands: spilled, slower
+    (64, 64, torch.bfloat16, True, False),  # 128 features: two dq (and dk) programs per row
+    (64, 128, torch.bfloat16, False, False),  # dq and dk hold all of Dv: feature tiles of 32
+    (64, 64, torch.float32, False, False),
+])
+def test_fused_backward_rule(d, dv, dtype, cos, fused):
+    """Where the backward runs fused kernels: one dq or dk program must hold all features
+    (spec.fused_built); dq folds in the stats pass only for normalized maps."""
+    q = torch.empty(1, 2, 256, d, dtype=dtype)
+    v = torch.empty(1, 2, 256, dv, dtype=dtype)
+    w = torch.ones(256) if cos else None
+    st = drv._Setup(q, q, v, "elu+1", True, w, w, None)
+    assert drv.dq_uses_stats(st) == fused and drv.dk_computes_dv(st) == fused
+    st = drv._Setup(q, q, v, "softmax_free", True, w, w, None)
+    assert not drv.dq_uses_stats(st) and drv.dk_computes_dv(st) == fused
+
+
 @pytest.mark.parametrize("d,dv,dtype,fwd,bwd", [
     (64, 64, torch.bfloat16, True, True),
     (64, 128, torch.bfloat16, True, False),  # dq holds all 128 value columns

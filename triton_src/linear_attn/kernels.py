@@ -60,7 +60,9 @@ dout_i . out_i, ``la_state_kernel`` in GRADS mode each segment's sums of qf^T g 
 reverse scan's input), ``la_bwd_dq_kernel`` dq, ``la_bwd_dv_kernel`` and ``la_bwd_dk_kernel`` dv
 and dk, summing over the query heads of each kv head (GQA: K and V are never expanded). Each pass
 tiles its output: Dv-tiled passes hold all F features (the contraction of s_ij), dq and dk tiles of
-features hold all of Dv.
+features hold all of Dv. Where one dq or dk program holds all of F (spec.fused_built), the backward
+runs two passes fewer over q, k, v and grad_out: dq computes its rows' den_i and dout_i . out_i
+itself (STATS, for dk, dv and the reverse state pass after it), and dk computes dv (WITH_DV).
 
 Precision (spec.PRECISION). bf16 tensors use bf16 dot operands, the tensor cores' full rate: the
 features, A, v, g and dout round to bf16, and a running state enters its dots as a hi + lo pair of
@@ -684,15 +686,19 @@ def la_bwd_dq_kernel(
     s_ptr, z_ptr, den_ptr, dl_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L,
     phi_kind, normalize, n_parts, has_s,
-    scale,
+    scale, eps,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdq_b, sdq_h, sdq_n,
     sw_b, ss_bh, ss_g, sz_bh, sz_g,
     C: tl.constexpr, CAUSAL: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
-    FEAT: tl.constexpr,
+    FEAT: tl.constexpr, STATS: tl.constexpr,
 ):
     """dq of segment g, query head h, feature tile ft (BF columns of F, all of Dv), in forward order
     from the forward state (s, z)[b, hk, g] (has_s as in la_fwd_kernel). The reverse scan's segment sums come from
     la_state_kernel (grads mode): here they cost a second [BF, Dv] fp32 accumulator, which spilled.
+
+    STATS = 1 (normalized maps, one feature tile holding all of F): the program computes its rows'
+    den_i and dout_i . out_i itself, as the stats pass (la_fwd_kernel, stats) would, and writes them
+    (den [B, H, N], dl [B, H, N]) for dk, dv and the reverse state pass; eps is used only then.
     Grid: feature tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
     if FEAT > 0:  # the feature map compiled in (spec.FEATURES)
@@ -714,13 +720,43 @@ def la_bwd_dq_kernel(
     frow, f_ok = _state_rows(BF, d0, DS, n_parts)
     s, z = _segment_state(s_ptr, z_ptr, bk, g, G, has_s, ss_bh, ss_g, sz_bh, sz_g, frow, f_ok, vc, DVS, CAUSAL)
     ci = tl.arange(0, C)
+    if STATS and PREC == 1:
+        ones_row = _ones_column(C, True)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + ci
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
         dout = _load_in(_row_ptrs(db, rows, N, sd_n) + vc[None, :], v_ok[None, :])
-        inv, ndl = _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, normalize)
         kf = _features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, CAUSAL, BF)
         vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], (v_ok & (CAUSAL != 0))[None, :])
+        if STATS:
+            # The rows' outputs before normalization (num) and den, as the forward computes them
+            # (its rounding of the state and its dots for the sums): this program reads q, k, v and
+            # dout once where a separate stats pass would read all four again.
+            qf = _op(_features(qb, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind, scale, 1, BF), PREC)
+            num = _mm(qf, s, PREC)
+            if PREC == 1:
+                dacc = tl.dot(qf, _z_operand(_z_columns(z, BF)))
+            else:
+                den = tl.sum(qf.to(tl.float32) * z[None, :], 1)
+            if CAUSAL:
+                a = _mm(qf, tl.trans(kf), PREC)
+                a = tl.where(ci[:, None] >= ci[None, :], a, 0.0)
+                if PREC == 1:
+                    dacc = _mma(a, ones_row, dacc, PREC)
+                else:
+                    den += tl.sum(a, 1)
+                num = _mma(a, vt, num, PREC)
+            if PREC == 1:
+                den = tl.sum(dacc, 1)
+            den += eps
+            inv = 1.0 / den
+            dl = tl.sum(dout.to(tl.float32) * num, 1) * inv
+            r_ok = rows < N
+            tl.store(den_ptr + bh * N + rows, den, mask=r_ok)
+            tl.store(dl_ptr + bh * N + rows, dl, mask=r_ok)
+            ndl = -dl
+        else:
+            inv, ndl = _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, normalize)
         # dqf_i / (1 / den_i): 1 / den_i goes into the store's row multiplier.
         gq = _mm_state(dout, tl.trans(s), PREC, BKV) + ndl[:, None] * z[None, :]
         if CAUSAL:
@@ -795,14 +831,15 @@ def la_bwd_dv_kernel(
 
 @triton.jit
 def la_bwd_dk_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, wc_ptr, ws_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L,
     phi_kind, normalize, n_parts, has_r,
     scale,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdk_b, sdk_h, sdk_n,
+    sdv_b, sdv_h, sdv_n,
     sw_b, sr_bh, sr_g, srz_bh, srz_g,
     C: tl.constexpr, CAUSAL: tl.constexpr, BF: tl.constexpr, BKV: tl.constexpr, PREC: tl.constexpr,
-    FEAT: tl.constexpr,
+    FEAT: tl.constexpr, WITH_DV: tl.constexpr,
 ):
     """dk of segment g, kv head hk, feature tile ft (all of Dv), in reverse order from
     (R, rho)[b, hk, g], summed over the query heads of hk; bidirectional mode (CAUSAL = 0) leaves
@@ -830,6 +867,9 @@ def la_bwd_dk_kernel(
     n_ch = tl.cdiv(tl.minimum(s0 + L, N) - s0, C)
     reps = tl.maximum(n_rep * CAUSAL, 1)
     gk = tl.zeros((C, BF), dtype=tl.float32)
+    if WITH_DV:
+        dvb = dv_ptr + b * sdv_b + hk * sdv_h
+        dv = tl.zeros((C, BKV), dtype=tl.float32)
     # One loop over (chunk, query head of the group), as in la_bwd_dv_kernel (pipelined).
     for it in range(n_ch * reps):
         rep = it % reps
@@ -843,6 +883,14 @@ def la_bwd_dk_kernel(
                        scale * inv, CAUSAL, BF)  # qf_i / den_i: ds_ij's 1 / den_i moved to its rows
         dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
                         r_ok[:, None] & (v_ok & (CAUSAL != 0))[None, :])
+        if WITH_DV:
+            kf = _op(_features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BF), PREC)
+            if rep == 0:
+                dv = _mm_state(kf, rt, PREC, BF)
+            if CAUSAL:
+                at = _mm(kf, tl.trans(qg), PREC)
+                at = tl.where(ci[None, :] >= ci[:, None], at, 0.0)
+                dv += _mm(at, dout, PREC)
         if rep == 0:
             gk = _mm_state(vt, tl.trans(rt), PREC, BKV) + rho[None, :]
         if CAUSAL:
@@ -857,3 +905,6 @@ def la_bwd_dk_kernel(
         # N = 0 stores nothing: the rows are stored after the group's last query head.
         _store_feature_grad(gk, kb, dkb, rows, tl.where(rep == reps - 1, N, 0), sk_n, sdk_n, d0, D, wc, ws,
                             n_parts, phi_kind, 1.0, BF)
+        if WITH_DV:
+            _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv,
+                       r_ok[:, None] & v_ok[None, :] & (rep == reps - 1))

@@ -8,7 +8,7 @@ kernels with a causal and a bidirectional mode also take it as a key, the state 
 forward or backward mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything
 else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time argument:
 5 kernels * 2 modes * 4 feature maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan
-= 288 variants. The bf16 tiles of blocks 64 and 128 come from the H200 sweeps
++ the 8 each of the fused dq and dk (STATS, WITH_DV: see FUSED_BLOCK) = 304 variants. The bf16 tiles of blocks 64 and 128 come from the H200 sweeps
 (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state pass and the forward have
 their own, STATE_TILES and FWD_TILES, and the bidirectional forward BIDIR_FWD_TILES) and the spill
 counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128 features), dq's and dk's at 128
@@ -135,7 +135,7 @@ def _dq_params(ptr: str) -> tuple:
             *_ptrs(_F32, "s", "z", "den", "dl"),
             ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
             ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_s", _I), ("scale", "fp32"),
-            *_strides("q", "k", "v", "do", "dq"),
+            ("eps", "fp32"), *_strides("q", "k", "v", "do", "dq"),
             ("sw_b", "i64"), ("ss_bh", "i64"), ("ss_g", "i64"), ("sz_bh", "i64"), ("sz_g", "i64"))
 
 
@@ -149,11 +149,11 @@ def _dv_params(ptr: str) -> tuple:
 
 
 def _dk_params(ptr: str) -> tuple:
-    return (*_ptrs(ptr, "q", "k", "v", "do", "dk"), *_W, *_ptrs(_F32, "r", "rz", "den", "dl"),
+    return (*_ptrs(ptr, "q", "k", "v", "do", "dk", "dv"), *_W, *_ptrs(_F32, "r", "rz", "den", "dl"),
             ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
             ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_r", _I),
             ("scale", "fp32"),
-            *_strides("q", "k", "v", "do", "dk"),
+            *_strides("q", "k", "v", "do", "dk", "dv"),
             ("sw_b", "i64"), ("sr_bh", "i64"), ("sr_g", "i64"), ("srz_bh", "i64"), ("srz_g", "i64"))
 
 
@@ -190,8 +190,29 @@ _KERNELS = {
 }
 
 
+# Fused backward variants: dq with the stats pass folded in (la_bwd_dq_kernel STATS) and dk that
+# computes dv too (la_bwd_dk_kernel WITH_DV), each reading q, k, v and grad_out once where two
+# passes read them twice. Only where their program holds all of F: 64 features in bf16, so calls
+# with D <= 64 (csrc/ops/linear_attn.cpp bwd_cuda). H200, causal fwd+bwd B4 H16 N4096 D64 (the
+# stats pass 72.9 + dq 79.7 us -> 126.9 us, dv 62.5 + dk 85.3 us -> 125.5 us): bf16 0.442 ->
+# 0.399 ms, softmax_free 0.319 -> 0.304 ms, D32 relu 0.391 -> 0.341 ms; both spill (48-264 bytes)
+# and are still faster. fp16, whose tf32 operands take twice the registers, spilled 600-760 bytes
+# and went 0.764 -> 0.811 ms: not built.
+FUSED_BLOCK = 64
+
+
+def fused_built(key: dict) -> bool:
+    return key["dtype"] == "bf16" and key["BKV"] == FUSED_BLOCK and VALUE_TILES["bf16", FUSED_BLOCK][1] == FUSED_BLOCK
+
+
+# Keys beyond (dtype, block, mode, FEAT), with the rule for which of their variants are built.
+_EXTRA_KEYS = {"la_bwd_dq": ({"STATS": (0, 1)}, lambda key: key["STATS"] == 0 or fused_built(key)),
+               "la_bwd_dk": ({"WITH_DV": (0, 1)}, lambda key: key["WITH_DV"] == 0 or fused_built(key))}
+
+
 def _spec(name: str) -> KernelSpec:
     params, block, other, tiles, mode = _KERNELS[name]
+    extra, extra_built = _EXTRA_KEYS.get(name, ({}, lambda key: True))
 
     def tile(key: dict) -> tuple:
         return tiles(key)[key["dtype"], key[block]]
@@ -199,15 +220,15 @@ def _spec(name: str) -> KernelSpec:
     def constexprs(key: dict) -> dict:
         c, t, _, _ = tile(key)
         return {"C": c, block: key[block], other: t, "PREC": PRECISION[key["dtype"]], mode: key[mode],
-                "FEAT": key["FEAT"]}
+                "FEAT": key["FEAT"], **{k: key[k] for k in extra}}
 
     blocks = sorted({b for bs in BLOCKS.values() for b in bs})
-    keys = {"dtype": tuple(BLOCKS), block: tuple(blocks), mode: (0, 1), "FEAT": FEATURES}
+    keys = {"dtype": tuple(BLOCKS), block: tuple(blocks), mode: (0, 1), "FEAT": FEATURES, **extra}
     return KernelSpec(name=name, function=f"{name}_kernel", params=params("*{dtype}:16"), keys=keys,
                       constexprs=constexprs,
                       num_warps=lambda key: tile(key)[2], num_stages=lambda key: tile(key)[3],
                       max_stages=MAX_STAGES.get(name, {}),
-                      include=lambda key: key[block] in BLOCKS[key["dtype"]])
+                      include=lambda key: key[block] in BLOCKS[key["dtype"]] and extra_built(key))
 
 
 KERNELS = [
