@@ -139,24 +139,29 @@ class _Setup:
             if s0 is None:
                 return self.dummy, self.dummy, 0, 0, 0, 0, 0
             return s0, z0, self.fd, 0, self.f, 0, 1
-        x = torch.empty(self.b, self.hkv, self.g, self.ep, dtype=torch.float32, device=self.q.device)
-        self.state_sums(x)
+        # NaN where no sum is written: a kernel that read the segment left out would show it.
+        x = torch.full((self.b, self.hkv, self.g, self.ep), float("nan"), device=self.q.device)
+        fold = self.folds(s0, total_s is not None, backward)
+        # csrc's forward_states: no causal walk reads the last segment's sum, only the scan's total
+        self.state_sums(x, n_walk=self.g - 1 if self.causal and (fold or total_s is None) else self.g)
         xz = x.view(-1)[self.fd:]
-        if self.folds(s0, total_s is not None, backward):
+        if fold:
             return x, xz, self.g * self.ep, self.ep, self.g * self.ep, self.ep, 2
         self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
         seg = self.ep if self.causal else 0
         return x, xz, self.g * self.ep, seg, self.g * self.ep, seg, 1
 
-    def state_sums(self, x, do=None, den=None, dl=None, scale=1.0):
-        """la_state_kernel: each segment's sums into x [B, Hkv, G, EP]; with grad_out `do`, the
-        backward's (sum qf^T g, sum qf r) per query head into x [B, H, G, EP]."""
+    def state_sums(self, x, do=None, den=None, dl=None, scale=1.0, g_first=0, n_walk=None):
+        """la_state_kernel: the sums of segments g_first .. g_first + n_walk - 1 (default all) into
+        x [B, Hkv, G, EP]; with grad_out `do`, the backward's (sum qf^T g, sum qf r) per query head
+        into x [B, H, G, EP]."""
         c, bt, launch, nt = self.state
         grads = do is not None
         keys, values, heads = (self.q, do, self.h) if grads else (self.k, self.v, self.hkv)
-        K.la_state_kernel[(nt * self.g * self.b * heads,)](
+        n_walk = self.g - g_first if n_walk is None else n_walk
+        K.la_state_kernel[(nt * n_walk * self.b * heads,)](
             keys, values, self.wc, self.ws, x, self.dummy if den is None else den, self.dummy if dl is None else dl,
-            heads, self.n, *self.dims(), self.g, self.l, self.phi_kind, self.n_parts,
+            heads, self.n, *self.dims(), self.g, self.l, g_first, n_walk, self.phi_kind, self.n_parts,
             self.normalize if grads else 0, scale,
             *_st(keys), *_st(values), self.sw_b, self.ep,
             C=c, GRADS=int(grads), BK=self.bk, BT=bt, PREC=self.prec, FEAT=self.feat, **launch)
@@ -275,8 +280,9 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         ds0 = torch.empty(st.b, st.hkv, st.f, st.dv, dtype=torch.float32, device=dev)
         dz0 = torch.empty(st.b, st.hkv, st.f, dtype=torch.float32, device=dev)
     if st.g > 1 or not st.causal or state_grad:  # the reverse states, as csrc
-        rs = torch.empty(st.b, st.h, st.g, st.ep, dtype=torch.float32, device=dev)
-        st.state_sums(rs, do, den, dl, scale)
+        rs = torch.full((st.b, st.h, st.g, st.ep), float("nan"), device=dev)
+        # as csrc: only dS0 and dz0 (the scan's total) read the first segment's sums
+        st.state_sums(rs, do, den, dl, scale, g_first=int(st.causal and not state_grad))
         if st.n_rep == 1:
             ry = rs
         else:

@@ -567,13 +567,17 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
     return seg;
   }
   const Shape& sh = p.sh;
+  const bool fold = fold_scan(p, s0.has_value(), tot_s != nullptr, backward);
+  // No causal walk reads the last segment's sum; only the scan's total does (the folded walks
+  // write the final state themselves): a quarter of the pass at four segments.
+  const int64_t n_walk = p.causal && (fold || tot_s == nullptr) ? p.g - 1 : p.g;
   buffer = at::empty({sh.b, sh.hkv, p.g, p.ep}, p.q.options().dtype(at::kFloat));
-  aot::la_state({p.dtype, p.bk, 0, p.feat}, config(p.q, p.nt_state * p.g * sh.b * sh.hkv, "linear_attn state"),
+  aot::la_state({p.dtype, p.bk, 0, p.feat}, config(p.q, p.nt_state * n_walk * sh.b * sh.hkv, "linear_attn state"),
                 p.k.const_data_ptr(), p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), nullptr,
-                nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, p.phi.kind, sh.parts, 0, 1.0f, st(p.k, 0),
-                st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
+                nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, 0, n_walk, p.phi.kind, sh.parts, 0, 1.0f,
+                st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
   const float* base = buffer.const_data_ptr<float>();
-  if (fold_scan(p, s0.has_value(), tot_s != nullptr, backward)) {
+  if (fold) {
     return {base, base + p.fd, p.g * p.ep, p.ep, p.g * p.ep, p.ep, 2};
   }
   scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
@@ -707,9 +711,12 @@ BwdResult bwd_cuda(
   Tensor r_buffer;
   if (p.g > 1 || !causal || state_grad) {
     const Tensor rs = at::empty({sh.b, sh.h, p.g, p.ep}, f32);
-    aot::la_state({p.dtype, p.bk, 1, p.feat}, config(q, p.nt_state * p.g * sh.b * sh.h, "linear_attn_bwd segment sums"),
+    // Only dS0 and dz0 (the reverse scan's total) read the first segment's sums.
+    const int64_t first = causal && !state_grad ? 1 : 0;
+    aot::la_state({p.dtype, p.bk, 1, p.feat},
+                  config(q, p.nt_state * (p.g - first) * sh.b * sh.h, "linear_attn_bwd segment sums"),
                   p.q.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), rs.mutable_data_ptr(), den_ptr,
-                  dl_ptr, sh.h, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, p.phi.kind, sh.parts,
+                  dl_ptr, sh.h, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, first, p.g - first, p.phi.kind, sh.parts,
                   phi.normalize, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(dout, 0),
                   st(dout, 1), st(dout, 2), p.w.stride_b, p.ep);
     const int64_t n_rep = sh.h / sh.hkv;

@@ -235,6 +235,22 @@ def test_state_kernel_grads_mode_matches_reference(cos):
     assert rel_error(x[..., f * dv: f * dv + f], ref_z) < 1e-5
 
 
+@pytest.mark.parametrize("grads", [False, True])
+def test_state_kernel_walks_only_its_segments(grads):
+    """g_first and n_walk: the segments outside them stay unwritten (the causal calls' left-out end
+    segment), those inside match the full pass."""
+    q, k, v = make(1, 2, 2, 200, 16, 16, torch.bfloat16)
+    st = drv._Setup(q, k, v, "elu+1", True, None, None, 64)
+    assert st.g == 4
+    args = (torch.randn(1, 2, 200, 16).to(torch.bfloat16), torch.rand(1, 2, 200) + 0.5, torch.randn(1, 2, 200)) if grads else ()
+    full = torch.full((1, 2, st.g, st.ep), float("nan"))
+    st.state_sums(full, *args)
+    part = torch.full_like(full, float("nan"))
+    st.state_sums(part, *args, g_first=1, n_walk=2)
+    assert part[:, :, [0, 3]].isnan().all()
+    assert torch.equal(part[:, :, 1:3], full[:, :, 1:3])
+
+
 @pytest.mark.parametrize("mode,n_grp", [(0, 1), (1, 2), (2, 2), (2, 1)])
 def test_scan_kernel_matches_reference(mode, n_grp):
     b, hy, g, fd, f = 2, 2, 37, 300, 20  # G over whole GB blocks (spec.SCAN_CONSTEXPRS) plus a partial one
@@ -250,6 +266,22 @@ def test_scan_kernel_matches_reference(mode, n_grp):
     torch.testing.assert_close(y[..., :e].double(), ref, rtol=1e-5, atol=1e-4)
     total = K.scan_reference(x[..., :e], init, 2, n_grp)[:, :, 0]
     torch.testing.assert_close(torch.cat([tot_s, tot_z], -1).double(), total, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode,n_grp", [(0, 1), (1, 2)])
+def test_scan_without_total_reads_no_far_end_segment(mode, n_grp):
+    """Modes 0 and 1 without a total leave out the segment no y needs (G - 1, 0), which the state
+    pass leaves unwritten in causal calls: NaN there changes nothing."""
+    b, hy, g, fd, f = 1, 2, 6, 40, 8
+    e = fd + f
+    ep = drv.pad16(e)
+    x = torch.randn(b, hy * n_grp, g, ep)
+    far = g - 1 if mode == 0 else 0
+    ref = K.scan_reference(x[..., :e], None, mode, n_grp)
+    x[:, :, far] = float("nan")
+    y = torch.full((b, hy, g, ep), float("nan"))
+    drv._launch_scan(x, y, b * hy, g, fd, e, ep, g * ep, n_grp, mode, None, None, None, None, torch.zeros(1))
+    torch.testing.assert_close(y[..., :e].double(), ref, rtol=1e-5, atol=1e-4)
 
 
 def test_streaming_through_the_kernels():

@@ -115,8 +115,8 @@ def _ptrs(ptr: str, *names: str) -> tuple:
 
 def _state_params(ptr: str) -> tuple:
     return (*_ptrs(ptr, "k", "v"), *_W, *_ptrs(_F32, "x", "den", "dl"),
-            ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("phi_kind", _I), ("n_parts", _I),
-            ("normalize", _I), ("scale", "fp32"),
+            ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I), ("g_first", _I), ("n_walk", _I),
+            ("phi_kind", _I), ("n_parts", _I), ("normalize", _I), ("scale", "fp32"),
             *_strides("k", "v"), ("sw_b", "i64"), ("EP", "i64"))
 
 
