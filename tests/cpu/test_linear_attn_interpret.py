@@ -242,7 +242,9 @@ def test_state_kernel_walks_only_its_segments(grads):
     q, k, v = make(1, 2, 2, 200, 16, 16, torch.bfloat16)
     st = drv._Setup(q, k, v, "elu+1", True, None, None, 64)
     assert st.g == 4
-    args = (torch.randn(1, 2, 200, 16).to(torch.bfloat16), torch.rand(1, 2, 200) + 0.5, torch.randn(1, 2, 200)) if grads else ()
+    args = ()
+    if grads:  # grad_out, den, dl
+        args = (torch.randn(1, 2, 200, 16).to(torch.bfloat16), torch.rand(1, 2, 200) + 0.5, torch.randn(1, 2, 200))
     full = torch.full((1, 2, st.g, st.ep), float("nan"))
     st.state_sums(full, *args)
     part = torch.full_like(full, float("nan"))

@@ -491,7 +491,8 @@ def la_scan_kernel(
     init is a state (S [B, HY, FD], z [B, HY, E - FD]); the total, init included, can be written to
     another. Without a total, modes 0 and 1 read no x from the segment at the far end (G - 1, 0),
     which no y needs: la_state_kernel may leave it unwritten. The backward also sums the stats
-    pass's shares of dout . out per Dv tile with it (mode 2, G = the tiles, FD = E = N). Grid: cdiv(E, BE) x B*HY (fastest first); E = FD + F elements per state."""
+    pass's shares of dout . out per Dv tile with it (mode 2, G = the tiles, FD = E = N).
+    Grid: cdiv(E, BE) x B*HY (fastest first); E = FD + F elements per state."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
     pid = tl.program_id(0)
     ne = tl.cdiv(E, BE)
@@ -853,7 +854,8 @@ def la_bwd_dk_kernel(
 ):
     """dk of segment g, kv head hk, feature tile ft (all of Dv), in reverse order from
     (R, rho)[b, hk, g], summed over the query heads of hk; bidirectional mode (CAUSAL = 0) leaves
-    dkf = v R^T + rho with the totals.
+    dkf = v R^T + rho with the totals. WITH_DV = 1 (one feature tile holding all of F): the program
+    also computes dv, as la_bwd_dv_kernel would, from the same reverse state and inputs.
     Grid: feature tiles x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
     if FEAT > 0:  # the feature map compiled in (spec.FEATURES)

@@ -8,13 +8,14 @@ kernels with a causal and a bidirectional mode also take it as a key, the state 
 forward or backward mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything
 else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time argument:
 5 kernels * 2 modes * 4 feature maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan
-+ the 8 each of the fused dq and dk (STATS, WITH_DV: see FUSED_BLOCK) = 304 variants. The bf16 tiles of blocks 64 and 128 come from the H200 sweeps
-(benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state pass and the forward have
-their own, STATE_TILES and FWD_TILES, and the bidirectional forward BIDIR_FWD_TILES) and the spill
-counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128 features), dq's and dk's at 128
-from a sweep of AOT builds (benchmarks/aot_with_tile.py, see VALUE_TILES); the others keep the running
-state at most 32 KB of registers per program and shared memory under 99 KB (the opt-in limit of
-sm_86, sm_89 and sm_120, which also run the sm_80 cubins).
++ the 8 each of the fused dq and dk (STATS, WITH_DV: see FUSED_BLOCK) = 304 variants. The bf16
+tiles of blocks 64 and 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64;
+at 128 features the state pass and the forward have their own, STATE_TILES and FWD_TILES, and the
+bidirectional forward BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins
+(benchmarks/cubin_stats.py: 8 warps at 128 features), dq's and dk's at 128 from a sweep of AOT
+builds (benchmarks/aot_with_tile.py, see VALUE_TILES); the others keep the running state at most
+32 KB of registers per program and shared memory under 99 KB (the opt-in limit of sm_86, sm_89 and
+sm_120, which also run the sm_80 cubins).
 
 Pointers to q, k, v and the gradients, their batch, head and row strides, and D and Dv carry
 16-divisibility hints in every variant: csrc/ops/linear_attn.cpp guarantees them, so there is no
