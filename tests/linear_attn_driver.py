@@ -226,22 +226,21 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
     return _unpad(out, st.dv), sf, zf
 
 
-def _one_feature_tile(st: _Setup) -> tuple[bool, dict]:
-    """Whether one dq or dk program holds all of F, and the key of those kernels."""
+def _fused(st: _Setup) -> bool:
+    """Whether one dq or dk program holds all of F and the fused variants are built for it."""
     bkv = block_for(st.dtype, st.dvp)
-    return triton.cdiv(st.dp, VALUE_TILES[st.dtype, bkv][1] // st.n_parts) == 1, {"dtype": st.dtype, "BKV": bkv}
+    one_tile = triton.cdiv(st.dp, VALUE_TILES[st.dtype, bkv][1] // st.n_parts) == 1
+    return one_tile and fused_built({"dtype": st.dtype, "BKV": bkv})
 
 
 def dq_uses_stats(st: _Setup) -> bool:
-    """csrc's dq_key: dq computes den and dout . out itself where one program holds all of F."""
-    one, key = _one_feature_tile(st)
-    return bool(st.normalize) and one and fused_built(key)
+    """csrc's dq_key: dq computes den and dout . out itself (normalized maps only)."""
+    return bool(st.normalize) and _fused(st)
 
 
 def dk_computes_dv(st: _Setup) -> bool:
-    """csrc's dv_in_dk: dk computes dv too where one program holds all of F."""
-    one, key = _one_feature_tile(st)
-    return one and fused_built(key)
+    """csrc's dv_in_dk: dk computes dv too."""
+    return _fused(st)
 
 
 def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,

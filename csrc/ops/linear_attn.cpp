@@ -693,17 +693,17 @@ BwdResult bwd_cuda(
       dl = sum_tile_shares(dl, config);
     }
   }
+  // Read by the kernels below; written by dq itself under STATS.
+  void* den_ptr = phi.normalize ? den.mutable_data_ptr() : nullptr;
+  void* dl_ptr = phi.normalize ? dl.mutable_data_ptr() : nullptr;
   Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
   aot::la_bwd_dq(dq_key, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
                  p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(),
-                 p.w.s(), seg.s, seg.z, phi.normalize ? den.data_ptr() : nullptr,
-                 phi.normalize ? dl.data_ptr() : nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l,
+                 p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l,
                  phi.kind, phi.normalize, sh.parts, seg.has, static_cast<float>(scale), static_cast<float>(eps),
                  st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
                  st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0), st(dq, 1), st(dq, 2), p.w.stride_b,
                  seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
-  const void* den_ptr = phi.normalize ? den.const_data_ptr() : nullptr;
-  const void* dl_ptr = phi.normalize ? dl.const_data_ptr() : nullptr;
   // The reverse states: R (sum of qf^T g over later rows) and rho, per kv head and segment, from
   // each segment's sums per query head (la_state in GRADS mode: q as the keys, grad_out as the
   // values), scanned in reverse and summed over the query heads of each kv head.

@@ -781,6 +781,20 @@ def la_bwd_dq_kernel(
 
 
 @triton.jit
+def _dv_chunk(dv, kf, qg, dout, rt, rep, ci, CAUSAL: tl.constexpr, PREC: tl.constexpr, W: tl.constexpr):
+    """A reverse walk's dv rows after query head `rep` of the group: kf R (the later chunks) at the
+    group's first head, then triu(kf qg^T) dout (this chunk), qg = qf / den. Shared by
+    la_bwd_dv_kernel and la_bwd_dk_kernel's WITH_DV; the caller updates R after it."""
+    if rep == 0:
+        dv = _mm_state(kf, rt, PREC, W)
+    if CAUSAL:
+        at = _mm(kf, tl.trans(qg), PREC)
+        at = tl.where(ci[None, :] >= ci[:, None], at, 0.0)
+        dv += _mm(at, dout, PREC)
+    return dv
+
+
+@triton.jit
 def la_bwd_dv_kernel(
     q_ptr, k_ptr, do_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, den_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L,
@@ -828,12 +842,8 @@ def la_bwd_dv_kernel(
         inv = 1.0 / tl.load(den_ptr + (b * H + h) * N + rows, mask=r_ok & (normalize * CAUSAL != 0), other=1.0)
         qg = _op(_features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind,
                            scale * inv, CAUSAL, BK), PREC)  # qf_i / den_i: g_i's 1 / den_i moved to its rows
-        if rep == 0:
-            dv = _mm_state(kf, rt, PREC, BK)
+        dv = _dv_chunk(dv, kf, qg, dout, rt, rep, ci, CAUSAL, PREC, BK)
         if CAUSAL:
-            at = _mm(kf, tl.trans(qg), PREC)
-            at = tl.where(ci[None, :] >= ci[:, None], at, 0.0)
-            dv += _mm(at, dout, PREC)
             rt += _mm(tl.trans(qg), dout, PREC)
         _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv,
                    r_ok[:, None] & v_ok[None, :] & (rep == reps - 1))
@@ -897,12 +907,7 @@ def la_bwd_dk_kernel(
                         r_ok[:, None] & (v_ok & (CAUSAL != 0))[None, :])
         if WITH_DV:
             kf = _op(_features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BF), PREC)
-            if rep == 0:
-                dv = _mm_state(kf, rt, PREC, BF)
-            if CAUSAL:
-                at = _mm(kf, tl.trans(qg), PREC)
-                at = tl.where(ci[None, :] >= ci[:, None], at, 0.0)
-                dv += _mm(at, dout, PREC)
+            dv = _dv_chunk(dv, kf, qg, dout, rt, rep, ci, CAUSAL, PREC, BF)
         if rep == 0:
             gk = _mm_state(vt, tl.trans(rt), PREC, BKV) + rho[None, :]
         if CAUSAL:
