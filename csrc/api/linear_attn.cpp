@@ -21,7 +21,8 @@ Triple bwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   static auto handle = ops::op<ops::LinearAttnBwd>();
   auto [dq, dk, dv, dS, dz] =
       handle.call(grad_out, q, k, v, o.cos_weight, o.sin_weight, o.initial_S, o.initial_z,
-                  std::nullopt, std::nullopt, o.phi, o.causal, o.eps, o.scale, false);
+                  std::nullopt, std::nullopt, o.phi, o.causal, o.eps, o.scale, false,
+                  std::nullopt);
   return {dq, dk, dv};
 }
 

@@ -25,13 +25,21 @@ struct LinearAttnFwd {
       sig::OptTensor z0, c10::string_view phi, bool causal, double eps, double scale, bool return_state);
 };
 
+// linear_attn_fwd, and the forward states its backward can reuse (the autograd forward's call).
+struct LinearAttnFwdTrain {
+  static constexpr const char* name = "neuralops::linear_attn_fwd_train";
+  using Signature = std::tuple<at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>, at::Tensor>(
+      sig::Tensor q, sig::Tensor k, sig::Tensor v, sig::OptTensor cos, sig::OptTensor sin, sig::OptTensor s0,
+      sig::OptTensor z0, c10::string_view phi, bool causal, double eps, double scale, bool return_state);
+};
+
 struct LinearAttnBwd {
   static constexpr const char* name = "neuralops::linear_attn_bwd";
   using Signature = std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>,
                                std::optional<at::Tensor>>(
       sig::Tensor grad_out, sig::Tensor q, sig::Tensor k, sig::Tensor v, sig::OptTensor cos, sig::OptTensor sin,
       sig::OptTensor s0, sig::OptTensor z0, sig::OptTensor grad_s, sig::OptTensor grad_z, c10::string_view phi,
-      bool causal, double eps, double scale, bool state_grad);
+      bool causal, double eps, double scale, bool state_grad, sig::OptTensor fwd_states);
 };
 
 struct LowRankFwd {
@@ -64,7 +72,8 @@ struct GqaBwd {
   using Signature = GqaFwd::Signature;
 };
 
-// Every op above (the Python fast path binds each of them).
+// The ops the Python layer calls: the fast path binds each of them (linear_attn_fwd_train is the
+// autograd kernel's call only).
 using AllOps = std::tuple<LinearAttnFwd, LinearAttnBwd, LowRankFwd, LowRankFwdHidden, LowRankBwd, GqaFwd, GqaBwd>;
 
 // The op's handle, looked up by name (callers keep it in a function-local static).

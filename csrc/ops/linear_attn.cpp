@@ -3,8 +3,12 @@
 //
 //   linear_attn_fwd(q [B, H, N, D], k [B, Hkv, N, D], v [B, Hkv, N, Dv], cos?, sin?, S0?, z0?,
 //                   phi, causal, eps, scale, return_state) -> (out [B, H, N, Dv], S?, z?)
+//   linear_attn_fwd_train(same arguments) -> (out, S?, z?, fwd_states)
 //   linear_attn_bwd(grad_out, q, k, v, cos?, sin?, S0?, z0?, grad_S?, grad_z?, phi, causal, eps,
-//                   scale, state_grad) -> (dq, dk, dv, dS0?, dz0?)
+//                   scale, state_grad, fwd_states?) -> (dq, dk, dv, dS0?, dz0?)
+//
+// The autograd forward calls linear_attn_fwd_train, whose fwd_states (fp32, [B, Hkv, G, EP] or [0];
+// linear_attn_states_shape gives the shape) the backward reads instead of recomputing them.
 //
 // phi is "elu+1", "relu", "identity" or "softmax_free" (identity features, no normalizer). States
 // are fp32 (fp64 for fp64 inputs on CPU): S [B, Hkv, D, Dv] and z [B, Hkv, D], with a part
@@ -49,6 +53,7 @@ using at::Tensor;
 using OptTensor = std::optional<Tensor>;
 using FwdResult = std::tuple<Tensor, OptTensor, OptTensor>;
 using BwdResult = std::tuple<Tensor, Tensor, Tensor, OptTensor, OptTensor>;
+using TrainResult = std::tuple<Tensor, OptTensor, OptTensor, Tensor>;
 
 // ---- argument checks (both devices) ------------------------------------------------------------
 
@@ -430,25 +435,20 @@ struct Plan {
   Weights w;
 };
 
-Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
-               const Shape& sh, Phi phi, bool causal) {
+// The plan's sizes, blocks, tiles and segments, from shapes alone (linear_attn_states_shape needs
+// them without tensors).
+Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, int device) {
   Plan p{};
   p.sh = sh;
   p.phi = phi;
   p.causal = causal;
-  check_kernel_dtype(q, "linear_attn", "q");
   TORCH_CHECK_VALUE(sh.d <= kMaxHeadDim && sh.dv <= kMaxHeadDim && sh.parts * pad16(sh.d) <= kMaxHeadDim,
                     "neuralops.linear_attn: the CUDA kernels take D and Dv up to ", kMaxHeadDim,
                     " (D up to 128 under Cosformer), got D=", sh.d, ", Dv=", sh.dv,
                     sh.parts == 2 ? " with Cosformer" : "", "; use linear_attn_pytorch_fallback");
-  p.dtype = q.scalar_type();
+  p.dtype = dtype;
   p.dp = pad16(sh.d);
   p.dvp = pad16(sh.dv);
-  // Padding columns must have zero features: phi(0) = 0, except elu+1 where exp(-inf) = 0.
-  const double fill = phi.kind == 1 ? -std::numeric_limits<double>::infinity() : 0.0;
-  p.q = kernel_input(q, p.dp, fill);
-  p.k = kernel_input(k, p.dp, fill);
-  p.v = kernel_input(v, p.dvp, 0.0);
   p.bk = block_for(p.dtype, sh.parts * p.dp);
   p.feat = feature_key(phi, sh.parts);
   // Each Dv-tiled kernel has its own tiles (spec.py STATE_TILES, FWD_TILES, TILES).
@@ -469,8 +469,8 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value});
   const int64_t nc = ceil_div(sh.n, quantum);  // N >= 1: the callers return early on empty inputs
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
-  const int64_t g = segment_count(nc, quantum, per_segment, p.bk, c_fwd.BT, causal,
-                                  runtime::multiprocessor_count(q.get_device()));
+  const int64_t g =
+      segment_count(nc, quantum, per_segment, p.bk, c_fwd.BT, causal, runtime::multiprocessor_count(device));
   const int64_t chunks = ceil_div(nc, g);
   p.g = ceil_div(nc, chunks);
   p.l = chunks * quantum;
@@ -478,6 +478,18 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTenso
   p.fd = p.f * sh.dv;
   p.e = p.fd + p.f;
   p.ep = pad16(p.e);
+  return p;
+}
+
+Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
+               const Shape& sh, Phi phi, bool causal) {
+  check_kernel_dtype(q, "linear_attn", "q");
+  Plan p = plan_layout(sh, phi, causal, q.scalar_type(), q.get_device());
+  // Padding columns must have zero features: phi(0) = 0, except elu+1 where exp(-inf) = 0.
+  const double fill = phi.kind == 1 ? -std::numeric_limits<double>::infinity() : 0.0;
+  p.q = kernel_input(q, p.dp, fill);
+  p.k = kernel_input(k, p.dp, fill);
+  p.v = kernel_input(v, p.dvp, 0.0);
   p.w = kernel_weights(cos, sin, sh.n);
   return p;
 }
@@ -554,11 +566,33 @@ bool fold_scan(const Plan& p, bool has_initial_state, bool returns_total, bool b
          (p.causal || !returns_total);
 }
 
+// Whether a call's forward states pass through a buffer: the state pass's sums (scanned, or folded
+// into the kernels that read them). Causal calls of one segment read the initial state itself, and
+// those the decode kernel takes hold their states in registers.
+bool states_buffered(const Plan& p) {
+  return !(p.causal && (p.g == 1 || p.sh.n <= kDecodeMaxRows));
+}
+
+// linear_attn_fwd_train's forward states, kept for linear_attn_bwd, are folded (the sums) where
+// the backward's kernels fold too; else scanned (the states before each segment, or the total).
+// A bidirectional forward that returns its state scans (it writes the total), so bidirectional
+// buffers are always scanned: the backward cannot tell whether its forward returned the state.
+bool saved_fold(const Plan& p, bool has_initial_state) {
+  return p.causal && fold_scan(p, has_initial_state, false, true);
+}
+
+// The kernels' view of a state buffer [B, Hkv, G, EP]: sums (folded) or scanned states.
+Segments buffer_segments(const Plan& p, const Tensor& buffer, bool fold) {
+  const float* base = buffer.const_data_ptr<float>();
+  const int64_t seg_g = fold || p.causal ? p.ep : 0;
+  return {base, base + p.fd, p.g * p.ep, seg_g, p.g * p.ep, seg_g, fold ? 2 : 1};
+}
+
 // The state before each segment (causal) or the total (bidirectional); the initial state itself
-// when one causal segment needs no scan; the segment sums themselves under fold_scan. `buffer`
-// keeps the state pass's and the scan's output alive.
+// when one causal segment needs no scan; the segment sums themselves under `fold` (fold_scan).
+// `buffer` keeps the state pass's and the scan's output alive.
 Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0, const Tensor* tot_s,
-                        const Tensor* tot_z, bool backward, Tensor& buffer, Launches& config) {
+                        const Tensor* tot_z, bool fold, Tensor& buffer, Launches& config) {
   Segments seg;
   if (p.causal && p.g == 1) {
     if (s0) {
@@ -567,7 +601,6 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
     return seg;
   }
   const Shape& sh = p.sh;
-  const bool fold = fold_scan(p, s0.has_value(), tot_s != nullptr, backward);
   // No causal walk reads the last segment's sum; only the scan's total does (the folded walks
   // write the final state themselves): a quarter of the pass at four segments.
   const int64_t n_walk = p.causal && (fold || tot_s == nullptr) ? p.g - 1 : p.g;
@@ -576,13 +609,27 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
                 p.k.const_data_ptr(), p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), nullptr,
                 nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, 0, n_walk, p.phi.kind, sh.parts, 0, 1.0f,
                 st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
-  const float* base = buffer.const_data_ptr<float>();
-  if (fold) {
-    return {base, base + p.fd, p.g * p.ep, p.ep, p.g * p.ep, p.ep, 2};
+  if (!fold) {
+    scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
   }
-  scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
-  const int64_t seg_g = p.causal ? p.ep : 0;
-  return {base, base + p.fd, p.g * p.ep, seg_g, p.g * p.ep, seg_g, 1};
+  return buffer_segments(p, buffer, fold);
+}
+
+// The shape of linear_attn_fwd_train's saved states: [B, Hkv, G, EP] where the forward buffers
+// them, else [0].
+std::vector<int64_t> saved_states_shape(const Plan& p) {
+  if (!states_buffered(p)) return {0};
+  return {p.sh.b, p.sh.hkv, p.g, p.ep};
+}
+
+void check_saved_states(const OptTensor& saved, at::IntArrayRef want, const Tensor& q) {
+  if (!saved) return;
+  TORCH_CHECK_VALUE(saved->sizes() == want && saved->scalar_type() == at::kFloat && saved->device() == q.device() &&
+                        saved->is_contiguous(),
+                    "neuralops.linear_attn: fwd_states must be the fourth output of linear_attn_fwd_train for these "
+                    "inputs and options: a contiguous float32 tensor of shape ",
+                    want, " on ", q.device(), ", got ", saved->scalar_type(), " of shape ", saved->sizes(), " on ",
+                    saved->device());
 }
 
 std::vector<int64_t> state_shape(const Shape& sh, bool is_z) {
@@ -593,9 +640,10 @@ std::vector<int64_t> state_shape(const Shape& sh, bool is_z) {
   return s;
 }
 
+// `saved`, where given, receives the forward states for linear_attn_bwd (saved_states_shape).
 FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
                    const OptTensor& s0_in, const OptTensor& z0_in, const Shape& sh, Phi phi, bool causal, double eps,
-                   double scale, bool return_state) {
+                   double scale, bool return_state, Tensor* saved) {
   c10::DeviceGuard guard(q.device());
   const auto f32 = q.options().dtype(at::kFloat);
   OptTensor sf, zf;  // the final state, when asked for
@@ -608,12 +656,18 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
       s0_in ? sf->copy_(*s0_in) : sf->zero_();
       z0_in ? zf->copy_(*z0_in) : zf->zero_();
     }
+    if (saved) {
+      *saved = at::empty({0}, f32);
+    }
     return {at::empty({sh.b, sh.h, sh.n, sh.dv}, q.options()), sf, zf};
   }
   const OptTensor s0 = s0_in ? OptTensor(s0_in->contiguous()) : std::nullopt;
   const OptTensor z0 = z0_in ? OptTensor(z0_in->contiguous()) : std::nullopt;
   const Plan p = make_plan(q, k, v, cos, sin, sh, phi, causal);
   Launches config;
+  if (saved && !states_buffered(p)) {
+    *saved = at::empty({0}, f32);
+  }
   if (causal && sh.n <= kDecodeMaxRows) {
     Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
     const int64_t bt = aot::la_decode_constexprs({p.dtype, p.bk}).BT;
@@ -628,7 +682,11 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
     return {unpad(out, sh.dv), sf, zf};
   }
   Tensor buffer;
-  const Segments seg = forward_states(p, s0, z0, sf ? &*sf : nullptr, zf ? &*zf : nullptr, false, buffer, config);
+  const bool fold = saved ? saved_fold(p, s0.has_value()) : fold_scan(p, s0.has_value(), return_state, false);
+  const Segments seg = forward_states(p, s0, z0, sf ? &*sf : nullptr, zf ? &*zf : nullptr, fold, buffer, config);
+  if (saved && buffer.defined()) {
+    *saved = buffer;
+  }
   // With no scan to total them (one segment, or the scan folded in), the last causal walk ends with
   // the final state and writes it.
   const bool final_from_walk = causal && (p.g == 1 || seg.has == 2);
@@ -641,13 +699,20 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
               static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
               st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0), st(out, 1), st(out, 2),
               p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+  if (saved && saved->defined() && saved->numel() > 0) {
+    // What no kernel wrote, and none reads, is zeroed so the output is defined everywhere (opcheck
+    // compares it across runs): each state's padding and, folded, the last causal segment's sum.
+    if (p.ep > p.e) saved->narrow(3, p.e, p.ep - p.e).zero_();
+    if (causal && seg.has == 2) saved->select(2, p.g - 1).zero_();
+  }
   return {unpad(out, sh.dv), sf, zf};
 }
 
 BwdResult bwd_cuda(
     const Tensor& dout_in, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
     const OptTensor& sin, const OptTensor& s0_in, const OptTensor& z0_in, const OptTensor& dsf_in,
-    const OptTensor& dzf_in, const Shape& sh, Phi phi, bool causal, double eps, double scale, bool state_grad) {
+    const OptTensor& dzf_in, const OptTensor& saved, const Shape& sh, Phi phi, bool causal, double eps, double scale,
+    bool state_grad) {
   c10::DeviceGuard guard(q.device());
   const auto f32 = q.options().dtype(at::kFloat);
   OptTensor ds0, dz0;  // the initial state's gradients, when asked for
@@ -667,8 +732,12 @@ BwdResult bwd_cuda(
   const Plan p = make_plan(q, k, v, cos, sin, sh, phi, causal);
   const Tensor dout = kernel_input(dout_in, p.dvp, 0.0);
   Launches config;
+  check_saved_states(saved, saved_states_shape(p), q);
   Tensor fwd_buffer;
-  const Segments seg = forward_states(p, s0, z0, nullptr, nullptr, true, fwd_buffer, config);
+  const Segments seg = saved && saved->numel() > 0
+                           ? buffer_segments(p, *saved, saved_fold(p, s0.has_value()))
+                           : forward_states(p, s0, z0, nullptr, nullptr, fold_scan(p, s0.has_value(), false, true),
+                                            fwd_buffer, config);
   const int64_t bkv = block_for(p.dtype, p.dvp);
   const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat, 0}).BF;
   const int64_t nf = ceil_div(p.dp, bf / sh.parts);
@@ -762,15 +831,46 @@ FwdResult linear_attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, con
   const Shape sh = check_inputs(q, k, v, cos, sin);
   check_state(s0, z0, sh, q, "initial_S", "initial_z");
   if (q.is_cuda()) {
-    return fwd_cuda(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state);
+    return fwd_cuda(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state, nullptr);
   }
   return fwd_cpu(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state);
+}
+
+// linear_attn_fwd, and the forward states linear_attn_bwd can take instead of recomputing them
+// (its fwd_states): the state pass over k and v, 7% of the backward at B4 H16 N4096 D64 (bf16,
+// H200). They are [0] where there are none (CPU, one causal segment, decode steps).
+TrainResult linear_attn_fwd_train(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
+                                  const OptTensor& sin, const OptTensor& s0, const OptTensor& z0,
+                                  c10::string_view phi, bool causal, double eps, double scale, bool return_state) {
+  const Phi ph = parse_phi(std::string_view(phi.data(), phi.size()));
+  const Shape sh = check_inputs(q, k, v, cos, sin);
+  check_state(s0, z0, sh, q, "initial_S", "initial_z");
+  if (q.is_cuda()) {
+    Tensor saved;
+    auto [out, s, z] = fwd_cuda(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state, &saved);
+    return {out, s, z, saved};
+  }
+  auto [out, s, z] = fwd_cpu(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state);
+  return {out, s, z, at::empty({0}, q.options().dtype(at::kFloat))};
+}
+
+// The shape of linear_attn_fwd_train's fourth output for CUDA inputs of these shapes on `device`
+// (for its fake implementation).
+std::vector<int64_t> linear_attn_states_shape(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_len,
+                                              int64_t head_dim, int64_t value_dim, at::ScalarType dtype,
+                                              c10::string_view phi, bool causal, bool cosformer, int64_t device) {
+  if (batch * heads * seq_len == 0) return {0};
+  TORCH_CHECK_TYPE(dtype == at::kHalf || dtype == at::kBFloat16 || dtype == at::kFloat,
+                   "neuralops.linear_attn: the CUDA kernels take float16, bfloat16 and float32, got ", dtype);
+  const Phi ph = parse_phi(std::string_view(phi.data(), phi.size()));
+  const Shape sh{batch, heads, kv_heads, seq_len, head_dim, value_dim, cosformer ? 2 : 1};
+  return saved_states_shape(plan_layout(sh, ph, causal, dtype, static_cast<int>(device)));
 }
 
 BwdResult linear_attn_bwd(
     const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
     const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, const OptTensor& grad_s, const OptTensor& grad_z,
-    c10::string_view phi, bool causal, double eps, double scale, bool state_grad) {
+    c10::string_view phi, bool causal, double eps, double scale, bool state_grad, const OptTensor& fwd_states) {
   const Phi ph = parse_phi(std::string_view(phi.data(), phi.size()));
   const Shape sh = check_inputs(q, k, v, cos, sin);
   check_state(s0, z0, sh, q, "initial_S", "initial_z");
@@ -782,8 +882,10 @@ BwdResult linear_attn_bwd(
                    q.scalar_type(), " like q, got ", grad_out.scalar_type());
   check_same_device(q, grad_out, "linear_attn", "q", "grad_out");
   if (q.is_cuda()) {
-    return bwd_cuda(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, sh, ph, causal, eps, scale, state_grad);
+    return bwd_cuda(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, fwd_states, sh, ph, causal, eps, scale,
+                    state_grad);
   }
+  check_saved_states(fwd_states, {0}, q);
   return bwd_cpu(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, sh, ph, causal, eps, scale, state_grad);
 }
 
@@ -794,17 +896,25 @@ TORCH_LIBRARY_FRAGMENT(neuralops, m) {
   m.def("linear_attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? cos_weight, Tensor? sin_weight, "
         "Tensor? initial_S, Tensor? initial_z, str phi, bool causal, float eps, float scale, bool return_state) "
         "-> (Tensor, Tensor?, Tensor?)");
+  m.def("linear_attn_fwd_train(Tensor q, Tensor k, Tensor v, Tensor? cos_weight, Tensor? sin_weight, "
+        "Tensor? initial_S, Tensor? initial_z, str phi, bool causal, float eps, float scale, bool return_state) "
+        "-> (Tensor, Tensor?, Tensor?, Tensor)");
   m.def("linear_attn_bwd(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor? cos_weight, Tensor? sin_weight, "
         "Tensor? initial_S, Tensor? initial_z, Tensor? grad_S, Tensor? grad_z, str phi, bool causal, float eps, "
-        "float scale, bool state_grad) -> (Tensor, Tensor, Tensor, Tensor?, Tensor?)");
+        "float scale, bool state_grad, Tensor? fwd_states=None) -> (Tensor, Tensor, Tensor, Tensor?, Tensor?)");
+  m.def("linear_attn_states_shape(int batch, int heads, int kv_heads, int seq_len, int head_dim, int value_dim, "
+        "ScalarType dtype, str phi, bool causal, bool cosformer, int device) -> int[]",
+        &neuralops::ops::linear_attn_states_shape);
 }
 
 TORCH_LIBRARY_IMPL(neuralops, CUDA, m) {
   m.impl("linear_attn_fwd", &neuralops::ops::linear_attn_fwd);
+  m.impl("linear_attn_fwd_train", &neuralops::ops::linear_attn_fwd_train);
   m.impl("linear_attn_bwd", &neuralops::ops::linear_attn_bwd);
 }
 
 TORCH_LIBRARY_IMPL(neuralops, CPU, m) {
   m.impl("linear_attn_fwd", &neuralops::ops::linear_attn_fwd);
+  m.impl("linear_attn_fwd_train", &neuralops::ops::linear_attn_fwd_train);
   m.impl("linear_attn_bwd", &neuralops::ops::linear_attn_bwd);
 }

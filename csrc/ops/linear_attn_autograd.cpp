@@ -1,6 +1,7 @@
 // Autograd for linear_attn_fwd (csrc/ops/linear_attn.cpp), in C++ so Python and C++ callers share it
 // and a call runs no Python beyond the API's checks. Gradients reach q, k, v and the initial state;
-// the Cosformer weights get none (documented). The backward is linear_attn_bwd.
+// the Cosformer weights get none (documented). The forward is linear_attn_fwd_train, whose forward
+// states the backward, linear_attn_bwd, reads instead of a second state pass over k and v.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -19,24 +20,26 @@ namespace {
 
 using OptTensor = std::optional<at::Tensor>;
 using FwdResult = std::tuple<at::Tensor, OptTensor, OptTensor>;
+using TrainResult = std::tuple<at::Tensor, OptTensor, OptTensor, at::Tensor>;
 using BwdResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, OptTensor, OptTensor>;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-FwdResult call_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& cos,
-                const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, c10::string_view phi,
-                bool causal, double eps, double scale, bool return_state) {
-  static auto handle = op<LinearAttnFwd>();
+TrainResult call_fwd_train(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& cos,
+                           const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, c10::string_view phi,
+                           bool causal, double eps, double scale, bool return_state) {
+  static auto handle = op<LinearAttnFwdTrain>();
   return handle.call(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state);
 }
 
 BwdResult call_bwd(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
               const at::Tensor& v, const OptTensor& cos, const OptTensor& sin, const OptTensor& s0,
               const OptTensor& z0, const OptTensor& grad_s, const OptTensor& grad_z,
-              c10::string_view phi, bool causal, double eps, double scale, bool state_grad) {
+              c10::string_view phi, bool causal, double eps, double scale, bool state_grad,
+              const OptTensor& fwd_states) {
   static auto handle = op<LinearAttnBwd>();
   return handle.call(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi, causal, eps, scale,
-                     state_grad);
+                     state_grad, fwd_states);
 }
 
 OptTensor opt(const at::Tensor& t) {
@@ -54,8 +57,6 @@ class LinearAttnFunction : public torch::autograd::Function<LinearAttnFunction> 
                                const OptTensor& s0, const OptTensor& z0, std::string phi,
                                bool causal, double eps, double scale, bool return_state) {
     ctx->set_materialize_grads(false);  // absent state gradients stay absent: no zero tensors
-    ctx->save_for_backward({q, k, v, cos.value_or(at::Tensor()), sin.value_or(at::Tensor()),
-                            s0.value_or(at::Tensor()), z0.value_or(at::Tensor())});
     ctx->saved_data["phi"] = phi;
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["eps"] = eps;
@@ -63,7 +64,11 @@ class LinearAttnFunction : public torch::autograd::Function<LinearAttnFunction> 
     ctx->saved_data["return_state"] = return_state;
     ctx->saved_data["state_grad"] = requires_grad(s0) || requires_grad(z0);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [out, s, z] = call_fwd(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state);
+    auto [out, s, z, fwd_states] =
+        call_fwd_train(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state);
+    ctx->save_for_backward({q, k, v, cos.value_or(at::Tensor()), sin.value_or(at::Tensor()),
+                            s0.value_or(at::Tensor()), z0.value_or(at::Tensor()),
+                            fwd_states.numel() > 0 ? fwd_states : at::Tensor()});
     // Autograd's output wrapping takes defined tensors only: empty ones stand for the absent states
     // here, and fwd_autograd returns None for them again.
     const auto absent = [&] { return at::empty({0}, q.options().dtype(at::kFloat)); };
@@ -74,6 +79,7 @@ class LinearAttnFunction : public torch::autograd::Function<LinearAttnFunction> 
     auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
     const OptTensor cos = opt(saved[3]), sin = opt(saved[4]), s0 = opt(saved[5]), z0 = opt(saved[6]);
+    const OptTensor fwd_states = opt(saved[7]);
     const std::string phi = ctx->saved_data["phi"].toStringRef();
     const bool causal = ctx->saved_data["causal"].toBool();
     const double eps = ctx->saved_data["eps"].toDouble(), scale = ctx->saved_data["scale"].toDouble();
@@ -90,7 +96,7 @@ class LinearAttnFunction : public torch::autograd::Function<LinearAttnFunction> 
     }
     const bool state_grad = s0.has_value() && ctx->saved_data["state_grad"].toBool();
     auto [dq, dk, dv, ds0, dz0] = call_bwd(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi,
-                                           causal, eps, scale, state_grad);
+                                           causal, eps, scale, state_grad, fwd_states);
     if (!state_grad) {
       ds0 = dz0 = std::nullopt;
     }

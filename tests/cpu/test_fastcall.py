@@ -31,7 +31,7 @@ def _args(name: str, gen: torch.Generator) -> tuple:
                 True)
     if name == "linear_attn_bwd":
         return (r(2, 4, 7, 8), r(2, 4, 7, 16), r(2, 2, 7, 16), r(2, 2, 7, 8), None, None, None, None, None, None,
-                "relu", False, 1e-6, 1.0, False)
+                "relu", False, 1e-6, 1.0, False, None)
     if name in ("low_rank_fwd", "low_rank_fwd_hidden"):
         return r(3, 5, 24), r(20, 6), r(6, 24), r(20), "auto"
     if name == "low_rank_bwd":

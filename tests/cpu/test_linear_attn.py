@@ -208,6 +208,26 @@ def test_opcheck(library_loaded, return_state):
              False, 1e-6, 0.5, True))
 
 
+def test_fwd_train_on_cpu(library_loaded):
+    """The autograd forward's op: linear_attn_fwd's results and no forward states on the CPU path; the
+    backward refuses states that are not [0] there."""
+    q, k, v = make(2, 4, 2, 70, 5, 3)
+    args = (q, k, v, None, None, None, None, "relu", True, 1e-6, 0.5, True)
+    out, s, z, states = torch.ops.neuralops.linear_attn_fwd_train(*args)
+    ref = torch.ops.neuralops.linear_attn_fwd(*args)
+    for a, b in zip((out, s, z), ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert states.shape == (0,) and states.dtype == torch.float32
+    opcheck(torch.ops.neuralops.linear_attn_fwd_train.default, args)
+    dout = torch.randn(2, 4, 70, 3)
+    bwd_args = (dout, q, k, v, None, None, None, None, None, None, "relu", True, 1e-6, 0.5, False)
+    with pytest.raises(ValueError, match=r"fwd_states must be the fourth output of linear_attn_fwd_train"):
+        torch.ops.neuralops.linear_attn_bwd(*bwd_args, torch.zeros(2, 2, 3, 32))
+    plain = torch.ops.neuralops.linear_attn_bwd(*bwd_args)
+    for a, b in zip(torch.ops.neuralops.linear_attn_bwd(*bwd_args, states)[:3], plain[:3]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_torch_compile_fullgraph(library_loaded):
     torch._dynamo.reset()
     q, k, v = (t.requires_grad_() for t in make(1, 4, 2, 20, 4, 3))

@@ -229,6 +229,98 @@ def test_opcheck_cuda(dtype):
     opcheck(torch.ops.neuralops.linear_attn_bwd.default,
             (dout, q.detach(), k.detach(), v.detach(), cos, sin, s0.detach(), z0.detach(), None, None, "elu+1", False,
              1e-6, 0.5, True))
+    args = (q.detach(), k.detach(), v.detach(), None, None, None, None, "relu", True, 1e-6, 1.0, False)
+    opcheck(torch.ops.neuralops.linear_attn_fwd_train.default, args)
+    q, k, v = make(2, 4, 2, 3000, 64, 32, dtype)
+    args = (q, k, v, None, None, None, None, "relu", True, 1e-6, 1.0, False)
+    states = torch.ops.neuralops.linear_attn_fwd_train(*args)[3]
+    assert states.numel() > 0
+    opcheck(torch.ops.neuralops.linear_attn_fwd_train.default, args)
+    opcheck(torch.ops.neuralops.linear_attn_bwd.default,
+            (torch.randn(2, 4, 3000, 32, device="cuda", dtype=dtype), q, k, v, None, None, None, None, None, None,
+             "relu", True, 1e-6, 1.0, False, states))
+
+
+# (B, H, Hkv, N, D, Dv, causal, cosformer, initial state, states saved): folded (D64 bf16, few
+# segments) and scanned states, one segment (B16 H32 N100), decode steps, bidirectional totals, GQA,
+# Cosformer.
+SAVED_CASES = [(2, 8, 8, 1000, 64, 64, True, False, False, True), (1, 4, 2, 4100, 128, 96, True, False, False, True),
+               (2, 4, 4, 3000, 48, 40, True, True, True, True), (1, 2, 1, 300, 64, 64, True, False, False, True),
+               (16, 32, 32, 100, 64, 64, True, False, False, False), (1, 4, 2, 1, 64, 64, True, False, True, False),
+               (3, 4, 2, 777, 64, 32, False, False, False, True), (2, 4, 4, 2500, 32, 16, False, True, True, True)]
+
+
+@pytest.mark.parametrize("case", SAVED_CASES, ids=[str(i) for i in range(len(SAVED_CASES))])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_backward_from_saved_forward_states(case, dtype):
+    """linear_attn_fwd_train's states, read by linear_attn_bwd, give the gradients of the recomputing
+    backward, within the reference's tolerance; their shape is linear_attn_states_shape's. Bitwise
+    the same where both compute the states alike: causal calls that return no state (one that does
+    scans the last segment's sum too, which rounds the state before it differently, (a + b) - b)."""
+    b, h, hkv, n, d, dv, causal, cosformer, with_state, saves = case
+    q, k, v = make(b, h, hkv, n, d, dv, dtype, seed=n)
+    cos, sin = weights(n) if cosformer else (None, None)
+    parts = (2,) if cosformer else ()
+    s0 = torch.rand(b, hkv, *parts, d, dv, device="cuda") if with_state else None
+    z0 = torch.rand(b, hkv, *parts, d, device="cuda") if with_state else None
+    args = (q, k, v, cos, sin, s0, z0, "elu+1", causal, 1e-6, 0.5, with_state)
+    out, s, z, states = torch.ops.neuralops.linear_attn_fwd_train(*args)
+    plain = torch.ops.neuralops.linear_attn_fwd(*args)
+    for name, a, ref in zip(("out", "S", "z"), (out, s, z), plain):
+        assert (a is None) == (ref is None), name
+        if a is not None:
+            assert torch.equal(a, ref), name
+    want = torch.ops.neuralops.linear_attn_states_shape(b, h, hkv, n, d, dv, dtype, "elu+1", causal, cosformer,
+                                                        q.device.index)
+    assert list(states.shape) == want and states.dtype == torch.float32
+    assert (states.numel() > 0) == saves
+    dout = torch.randn(b, h, n, dv, device="cuda", dtype=dtype)
+    bwd_args = (dout, q, k, v, cos, sin, s0, z0, None, None, "elu+1", causal, 1e-6, 0.5, with_state)
+    poison_allocator()
+    saved = torch.ops.neuralops.linear_attn_bwd(*bwd_args, states)
+    recomputed = torch.ops.neuralops.linear_attn_bwd(*bwd_args)
+    _, _, ref = reference(q, k, v, "elu+1", causal, cos, sin, 0.5, s0, z0, grad_out=dout)
+    for name, a, r, g in zip(("dq", "dk", "dv", "dS0", "dz0"), saved, recomputed, ref[:3] + ref[3:5]):
+        if a is None:
+            continue
+        assert rel_error(a, g) <= TOL[dtype], name
+        if causal and not with_state:
+            assert torch.equal(a, r), name
+
+
+def test_saved_forward_states_from_other_inputs_are_refused():
+    q, k, v = make(1, 4, 4, 3000, 64, 64, torch.bfloat16)
+    states = torch.ops.neuralops.linear_attn_fwd_train(q, k, v, None, None, None, None, "relu", True, 1e-6, 1.0,
+                                                      False)[3]
+    assert states.numel() > 0
+    # The op checks the states' shape (batch, kv heads, segments, state size), not where they came
+    # from: a second batch row is refused.
+    q2, k2, v2 = make(2, 4, 4, 3000, 64, 64, torch.bfloat16)
+    dout = torch.randn_like(q2)
+    with pytest.raises(ValueError, match=r"fwd_states must be the fourth output of linear_attn_fwd_train.*got"):
+        torch.ops.neuralops.linear_attn_bwd(dout, q2, k2, v2, None, None, None, None, None, None, "relu", True,
+                                            1e-6, 1.0, False, states)
+
+
+def _state_passes(fn) -> int:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(e.name == "la_state_kernel" for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def test_autograd_saves_the_forward_states():
+    """The autograd forward keeps the states for its backward: that backward runs one state pass (the
+    reverse one) where the seed's bwd, which recomputes the forward's, runs two; same gradients."""
+    q, k, v = make(2, 8, 8, 2048, 64, 64, torch.bfloat16)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = la.fwd(*leaves, is_causal=True)
+    dout = torch.randn_like(out)
+    assert _state_passes(lambda: out.backward(dout)) == 1
+    grads = []
+    assert _state_passes(lambda: grads.extend(la.bwd(q, k, v, dout, is_causal=True))) == 2
+    for name, a, b in zip(("dq", "dk", "dv"), (l.grad for l in leaves), grads):
+        assert torch.equal(a, b), name
 
 
 def test_torch_compile_without_graph_breaks():

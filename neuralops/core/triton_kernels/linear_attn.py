@@ -29,8 +29,10 @@ Dtypes fp16, bf16, fp32 on CUDA (fp32 accumulation; dot operands in bf16 for bf1
 for fp16, tf32x3 for fp32), any floating dtype on the fallback; D and Dv up to 256 on the kernels
 (D up to 128 under Cosformer), any N >= 1, any strides with a unit last stride (a transposed
 ``[B, N, H, D]`` view is read in place).
-Causal mode is chunked: O(N) memory, never an N x N matrix; the backward recomputes the forward's
-per-segment states and saves nothing but the inputs.
+Causal mode is chunked: O(N) memory, never an N x N matrix. For the backward, autograd saves the
+inputs and the forward's per-segment states (fp32 ``[B, Hkv, G, D*Dv + D]``, padded to 16, with G a
+few segments per multiprocessor-wave: 4 MB at B4 H16 N4096 D64), which the backward would otherwise
+recompute with a pass over k and v; the seed's ``bwd`` recomputes them.
 
 On CUDA tensors the work runs on AOT-compiled Triton kernels (``torch.ops.neuralops.linear_attn_fwd``
 and ``linear_attn_bwd``); elsewhere, or outside the kernels' limits, on
@@ -331,7 +333,7 @@ def bwd(
         s0, z0 = _state_args(q, state)
         dq, dk, dv, _, _ = _BWD.entry(ready)(
             grad_out, q, k, v, cos_weight, sin_weight, s0, z0, None, None, phi, bool(is_causal), float(eps), scale,
-            False)
+            False, None)
         return dq, dk, dv
     q_req, k_req, v_req = (t.detach().requires_grad_(True) for t in (q, k, v))
     extras = {key: val for key, val in kwargs.items() if key != "return_state"}
@@ -360,7 +362,18 @@ def _register() -> None:
             return out, None, None
         return out, q.new_empty(s_shape, dtype=dt), q.new_empty(z_shape, dtype=dt)
 
-    def fake_bwd(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi, causal, eps, scale, state_grad):
+    def fake_fwd_train(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state):
+        out, s, z = fake_fwd(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state)
+        shape = [0]
+        if q.device.type == "cuda":
+            device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+            shape = torch.ops.neuralops.linear_attn_states_shape(
+                q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], v.shape[3], q.dtype, phi, causal,
+                cos is not None, device)
+        return out, s, z, q.new_empty(shape, dtype=torch.float32)
+
+    def fake_bwd(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi, causal, eps, scale, state_grad,
+                 fwd_states=None):
         state = None if s0 is None else LinearAttnState(s0, z0)
         _phi_kind(phi)
         _check_inputs(q, k, v, cos, sin, state)
@@ -374,6 +387,7 @@ def _register() -> None:
         return (*grads, q.new_empty(s_shape, dtype=dt), q.new_empty(z_shape, dtype=dt))
 
     torch.library.register_fake("neuralops::linear_attn_fwd", fake_fwd)
+    torch.library.register_fake("neuralops::linear_attn_fwd_train", fake_fwd_train)
     torch.library.register_fake("neuralops::linear_attn_bwd", fake_bwd)
 
 
