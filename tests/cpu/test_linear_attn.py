@@ -228,6 +228,17 @@ def test_fwd_train_on_cpu(library_loaded):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_states_shape_errors(library_loaded):
+    """linear_attn_states_shape (the fake implementation's source for the saved states' shape): no
+    states for empty inputs; the kernels' dtypes and feature maps only, named in the error."""
+    op = torch.ops.neuralops.linear_attn_states_shape
+    assert op(0, 4, 4, 3000, 64, 64, torch.bfloat16, "relu", True, False, 0) == [0]
+    with pytest.raises(TypeError, match=r"take float16, bfloat16 and float32, got Double"):
+        op(1, 4, 4, 3000, 64, 64, torch.float64, "relu", True, False, 0)
+    with pytest.raises(ValueError, match=r"phi must be"):
+        op(1, 4, 4, 3000, 64, 64, torch.bfloat16, "gelu", True, False, 0)
+
+
 def test_torch_compile_fullgraph(library_loaded):
     torch._dynamo.reset()
     q, k, v = (t.requires_grad_() for t in make(1, 4, 2, 20, 4, 3))
