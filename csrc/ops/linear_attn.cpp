@@ -566,13 +566,6 @@ bool fold_scan(const Plan& p, bool has_initial_state, bool returns_total, bool b
          (p.causal || !returns_total);
 }
 
-// Whether a call's forward states pass through a buffer: the state pass's sums (scanned, or folded
-// into the kernels that read them). Causal calls of one segment read the initial state itself, and
-// those the decode kernel takes hold their states in registers.
-bool states_buffered(const Plan& p) {
-  return !(p.causal && (p.g == 1 || p.sh.n <= kDecodeMaxRows));
-}
-
 // linear_attn_fwd_train's forward states, kept for linear_attn_bwd, are folded (the sums) where
 // the backward's kernels fold too; else scanned (the states before each segment, or the total).
 // A bidirectional forward that returns its state scans (it writes the total), so bidirectional
@@ -615,10 +608,11 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
   return buffer_segments(p, buffer, fold);
 }
 
-// The shape of linear_attn_fwd_train's saved states: [B, Hkv, G, EP] where the forward buffers
-// them, else [0].
+// The shape of linear_attn_fwd_train's saved states: [B, Hkv, G, EP] where the forward's states
+// pass through forward_states' buffer, else [0]: causal calls of one segment read the initial state
+// itself, and those the decode kernel takes hold their states in registers.
 std::vector<int64_t> saved_states_shape(const Plan& p) {
-  if (!states_buffered(p)) return {0};
+  if (p.causal && (p.g == 1 || p.sh.n <= kDecodeMaxRows)) return {0};
   return {p.sh.b, p.sh.hkv, p.g, p.ep};
 }
 
@@ -640,12 +634,16 @@ std::vector<int64_t> state_shape(const Shape& sh, bool is_z) {
   return s;
 }
 
-// `saved`, where given, receives the forward states for linear_attn_bwd (saved_states_shape).
+// `saved`, where given, receives the forward states for linear_attn_bwd (saved_states_shape): the
+// state buffer, or [0] where the call has none.
 FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
                    const OptTensor& s0_in, const OptTensor& z0_in, const Shape& sh, Phi phi, bool causal, double eps,
                    double scale, bool return_state, Tensor* saved) {
   c10::DeviceGuard guard(q.device());
   const auto f32 = q.options().dtype(at::kFloat);
+  if (saved) {
+    *saved = at::empty({0}, f32);
+  }
   OptTensor sf, zf;  // the final state, when asked for
   if (return_state) {
     sf = at::empty(state_shape(sh, false), f32);
@@ -656,18 +654,12 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
       s0_in ? sf->copy_(*s0_in) : sf->zero_();
       z0_in ? zf->copy_(*z0_in) : zf->zero_();
     }
-    if (saved) {
-      *saved = at::empty({0}, f32);
-    }
     return {at::empty({sh.b, sh.h, sh.n, sh.dv}, q.options()), sf, zf};
   }
   const OptTensor s0 = s0_in ? OptTensor(s0_in->contiguous()) : std::nullopt;
   const OptTensor z0 = z0_in ? OptTensor(z0_in->contiguous()) : std::nullopt;
   const Plan p = make_plan(q, k, v, cos, sin, sh, phi, causal);
   Launches config;
-  if (saved && !states_buffered(p)) {
-    *saved = at::empty({0}, f32);
-  }
   if (causal && sh.n <= kDecodeMaxRows) {
     Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
     const int64_t bt = aot::la_decode_constexprs({p.dtype, p.bk}).BT;
@@ -684,9 +676,6 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
   Tensor buffer;
   const bool fold = saved ? saved_fold(p, s0.has_value()) : fold_scan(p, s0.has_value(), return_state, false);
   const Segments seg = forward_states(p, s0, z0, sf ? &*sf : nullptr, zf ? &*zf : nullptr, fold, buffer, config);
-  if (saved && buffer.defined()) {
-    *saved = buffer;
-  }
   // With no scan to total them (one segment, or the scan folded in), the last causal walk ends with
   // the final state and writes it.
   const bool final_from_walk = causal && (p.g == 1 || seg.has == 2);
@@ -699,11 +688,13 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
               static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
               st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0), st(out, 1), st(out, 2),
               p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
-  if (saved && saved->defined() && saved->numel() > 0) {
+  if (saved && buffer.defined()) {
     // What no kernel wrote, and none reads, is zeroed so the output is defined everywhere (opcheck
     // compares it across runs): each state's padding and, folded, the last causal segment's sum.
-    if (p.ep > p.e) saved->narrow(3, p.e, p.ep - p.e).zero_();
-    if (causal && seg.has == 2) saved->select(2, p.g - 1).zero_();
+    // After the forward's launch, so the kernels' programmatic chain stays unbroken.
+    if (p.ep > p.e) buffer.narrow(3, p.e, p.ep - p.e).zero_();
+    if (causal && seg.has == 2) buffer.select(2, p.g - 1).zero_();
+    *saved = buffer;
   }
   return {unpad(out, sh.dv), sf, zf};
 }
@@ -824,16 +815,26 @@ BwdResult bwd_cuda(
 
 // ---- the ops ------------------------------------------------------------------------------------
 
-FwdResult linear_attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
-                          const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, c10::string_view phi,
-                          bool causal, double eps, double scale, bool return_state) {
+// Both forward ops: `saved` as fwd_cuda's; the CPU path has no forward states ([0]).
+FwdResult fwd(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
+              const OptTensor& s0, const OptTensor& z0, c10::string_view phi, bool causal, double eps, double scale,
+              bool return_state, Tensor* saved) {
   const Phi ph = parse_phi(std::string_view(phi.data(), phi.size()));
   const Shape sh = check_inputs(q, k, v, cos, sin);
   check_state(s0, z0, sh, q, "initial_S", "initial_z");
   if (q.is_cuda()) {
-    return fwd_cuda(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state, nullptr);
+    return fwd_cuda(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state, saved);
+  }
+  if (saved) {
+    *saved = at::empty({0}, q.options().dtype(at::kFloat));
   }
   return fwd_cpu(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state);
+}
+
+FwdResult linear_attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
+                          const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, c10::string_view phi,
+                          bool causal, double eps, double scale, bool return_state) {
+  return fwd(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state, nullptr);
 }
 
 // linear_attn_fwd, and the forward states linear_attn_bwd can take instead of recomputing them
@@ -842,16 +843,9 @@ FwdResult linear_attn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, con
 TrainResult linear_attn_fwd_train(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
                                   const OptTensor& sin, const OptTensor& s0, const OptTensor& z0,
                                   c10::string_view phi, bool causal, double eps, double scale, bool return_state) {
-  const Phi ph = parse_phi(std::string_view(phi.data(), phi.size()));
-  const Shape sh = check_inputs(q, k, v, cos, sin);
-  check_state(s0, z0, sh, q, "initial_S", "initial_z");
-  if (q.is_cuda()) {
-    Tensor saved;
-    auto [out, s, z] = fwd_cuda(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state, &saved);
-    return {out, s, z, saved};
-  }
-  auto [out, s, z] = fwd_cpu(q, k, v, cos, sin, s0, z0, sh, ph, causal, eps, scale, return_state);
-  return {out, s, z, at::empty({0}, q.options().dtype(at::kFloat))};
+  Tensor saved;
+  auto [out, s, z] = fwd(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state, &saved);
+  return {out, s, z, saved};
 }
 
 // The shape of linear_attn_fwd_train's fourth output for CUDA inputs of these shapes on `device`
@@ -860,7 +854,7 @@ std::vector<int64_t> linear_attn_states_shape(int64_t batch, int64_t heads, int6
                                               int64_t head_dim, int64_t value_dim, at::ScalarType dtype,
                                               c10::string_view phi, bool causal, bool cosformer, int64_t device) {
   if (batch * heads * seq_len == 0) return {0};
-  TORCH_CHECK_TYPE(dtype == at::kHalf || dtype == at::kBFloat16 || dtype == at::kFloat,
+  TORCH_CHECK_TYPE(kernel_dtype(dtype),
                    "neuralops.linear_attn: the CUDA kernels take float16, bfloat16 and float32, got ", dtype);
   const Phi ph = parse_phi(std::string_view(phi.data(), phi.size()));
   const Shape sh{batch, heads, kv_heads, seq_len, head_dim, value_dim, cosformer ? 2 : 1};
