@@ -15,7 +15,9 @@ def build_info() -> dict[str, Any]:
     Keys: ``loaded`` (whether the compiled library loaded) and ``load_error`` (why not), ``library``
     (its path), ``runtime_torch``; and from the library when loaded: ``version``, ``torch`` and
     ``cuda_toolkit`` (built against), ``triton`` (used for the AOT step), ``archs`` (GPU
-    architectures compiled), ``archs_skipped``, ``ops`` (per op: kernels, variants, cubins).
+    architectures compiled), ``archs_skipped``, ``ops`` (per op: kernels, variants, cubins),
+    ``routing`` (per op with a ``backend="auto"`` choice: the limits under which it takes the
+    Triton kernels rather than cuBLAS; ``low_rank.route(...)`` answers for one call).
     """
     info: dict[str, Any] = {
         "loaded": _library.LOADED,

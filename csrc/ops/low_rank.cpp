@@ -203,27 +203,49 @@ Impl triton_impl(const Chain& c) {
   return fused_block(c.dtype, c.R) != 0 ? Impl::kFused : Impl::kTwoGemm;
 }
 
-// The forward's decode kernels take up to this many rows also inside a CUDA graph (see route).
-constexpr int64_t kDecodeForwardMaxRows = 16;
-
 bool capturing(int device) {
   return runtime::stream_capturing(device, c10::cuda::getCurrentCUDAStream(device).stream());
+}
+
+// The weights' bytes (w1 and w2 together) up to which the decode kernels beat cuBLAS at M <= 16,
+// and half of it above (their second kernel's programs each read all M * R partials, so their cost
+// grows with M). From benchmarks/low_rank_decode_sweep.py (results/low_rank.md, thirteenth session).
+constexpr int64_t kDecodeMaxWeightBytes = int64_t{9} << 20;
+constexpr int64_t kDecodeFewRows = 16;  // the rows up to which the full kDecodeMaxWeightBytes holds
+// The most rows a forward being captured into a CUDA graph takes the decode kernels for.
+constexpr int64_t kDecodeMaxRowsCaptured = 32;
+
+// Whether a chain whose decode kernels can run (M <= 64, the hints) should take them under
+// backend="auto". H200, bf16, per call on the GPU alone (a CUDA graph of layers, each reading its
+// weights from DRAM), decode against cuBLAS:
+//   - forward, M <= 16: faster up to 8.4 MB of weights (in 4096, r512, out 4096: 10.8 against 12.5 us;
+//     r256, out 11008: 8.2 against 12.4 us), slower from 15.5 MB (r512, out 11008: 16.4 against 14.6).
+//   - forward, M = 32 and 64: faster or even up to 4.2 MB at M = 32 (r256: 9.2 against 11.5 us), even
+//     at M = 64 (11.4 against 11.8), slower beyond (r512: 15.8 and 19.7 against 12.6 and 12.9 us).
+//     Eager, the host's time decides: a decode call is 13 us of host time against about 29 us for
+//     two cuBLAS GEMMs, so the decode kernels keep M = 33-64 at up to 4.2 MB unless the call is
+//     being captured into a graph, where the GPU's time alone counts.
+//   - forward+backward: the decode backward (dx chain, then the Triton weight gradients) is slower
+//     on the GPU at every size but the smallest (in = out = 4096, r256, M16: 41.2 against 36.5 us),
+//     so a captured backward takes cuBLAS. Eager, the host's time decides as above (a training
+//     step's autograd work, about 150 us, outlasts these kernels up to 8.4 MB of weights: 67-89 us
+//     at r512, out 4096, against 110-145 us at r1024).
+bool decode_pays(const Chain& c) {
+  const int64_t weight_bytes = c.R * (c.K + c.N) * static_cast<int64_t>(c10::elementSize(c.dtype));
+  if (c.backward) {
+    return weight_bytes <= kDecodeMaxWeightBytes && !capturing(c.device);
+  }
+  if (c.M <= kDecodeFewRows) {
+    return weight_bytes <= kDecodeMaxWeightBytes;
+  }
+  return weight_bytes <= kDecodeMaxWeightBytes / 2 && (c.M <= kDecodeMaxRowsCaptured || !capturing(c.device));
 }
 
 // The one place that decides which implementation runs a shape on CUDA (the backward takes the
 // same decision for its dx chain; its weight gradients follow: Triton's wgrad kernel on a Triton
 // route, cuBLAS otherwise). backend="auto", from the H200 measurements in
 // benchmarks/results/low_rank.md:
-//   - decode (fast-kernel conditions hold, M <= 64): Triton for the backward's dx chain, and for the
-//     forward up to M = 16, and up to M = 64 unless the call is being captured into a CUDA graph.
-//     Two kernels chained by programmatic dependent launch read each weight once. In a CUDA graph
-//     of 32 layers (in = out = 4096, r256), where only the GPU's time counts: 7.1 and 8.0 us per
-//     call at M = 1 and 16 against 11.1 and 11.4 us for two F.linear calls, but 12.4, 13.1 and
-//     14.0 us at M = 32, 48 and 64 against 11.6-11.8 us (each second-kernel program reads all
-//     M * R fp32 partials). Eager, where the host's launches count: 13.1-13.8 us at M = 32-64
-//     against 30.1-30.4 us through cuBLAS and 28.6-28.7 us for two F.linear calls (ninth session).
-//     fwd+bwd at M = 64 through the Triton backward: 0.150 ms, two F.linear and autograd 0.148 ms,
-//     the cuBLAS route 0.310 ms.
+//   - decode (fast-kernel conditions hold, M <= 64): the decode kernels where decode_pays says so.
 //   - everything else: cuBLAS. The fused Triton kernel (h kept on chip) lost to two cuBLAS GEMMs at
 //     every large-M shape measured (2.0x to 4.1x slower at M >= 4096, R <= 256), and above R = 256
 //     the Triton path is two plain GEMMs. backend="triton" still runs them.
@@ -233,8 +255,7 @@ Impl route(const Chain& c, Backend backend) {
     return Impl::kAten;
   }
   const Impl impl = triton_impl(c);
-  if (backend == Backend::kTriton ||
-      (impl == Impl::kDecode && (c.backward || c.M <= kDecodeForwardMaxRows || !capturing(c.device)))) {
+  if (backend == Backend::kTriton || (impl == Impl::kDecode && decode_pays(c))) {
     return impl;
   }
   return Impl::kAten;
@@ -357,10 +378,13 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
   const KSplit split = decode_k_split(K, R, N, pcx.BLOCK_R, pcx.BLOCK_K, runtime::multiprocessor_count(device));
   // Written in full by the first kernel before the second reads it: no zeroing.
   const at::Tensor part = at::empty({split.parts, M, R}, out.options().dtype(at::kFloat));
-  const auto partial_config = launch_config(out, ceil_div(R, pcx.BLOCK_R), split.parts, 1, "low_rank");
+  // A programmatic dependent of whatever kernel precedes it: its programs prefetch w1 and w2 into
+  // L2 while that kernel finishes, and wait for it before they read anything.
+  auto partial_config = launch_config(out, ceil_div(R, pcx.BLOCK_R), split.parts, 1, "low_rank");
+  partial_config.programmatic_dependency = true;
   aot::low_rank_decode_partial(partial_key, partial_config, a.t.const_data_ptr(), w1.const_data_ptr(),
-                               part.mutable_data_ptr(), M, K, R, split.len, a.inner, a.s_outer, a.s_inner,
-                               kernel_stride(w1, 0));
+                               w2.const_data_ptr(), part.mutable_data_ptr(), M, K, R, N, split.len, a.inner,
+                               a.s_outer, a.s_inner, kernel_stride(w1, 0), kernel_stride(w2, 0));
   // A programmatic dependent: its programs load their w2 tiles while the first kernel reads w1.
   auto config = launch_config(out, std::max<int64_t>(1, ceil_div(N, ocx.BLOCK_N)), 1, 1, "low_rank");
   config.programmatic_dependency = true;
@@ -525,6 +549,23 @@ std::string low_rank_route(const at::Tensor& x, const at::Tensor& U, const at::T
 }
 
 }  // namespace
+
+// build_info()["routing"]["low_rank"]: the limits decode_pays applies under backend="auto".
+std::string low_rank_routing_json() {
+  int64_t max_rows = 0;  // the decode kernels' largest BLOCK_M built (for bf16)
+  for (int64_t b = 16; b <= 1024; b *= 2) {
+    max_rows = aot::low_rank_decode_partial_built({at::kBFloat16, b}) ? b : max_rows;
+  }
+  const auto field = [](const char* name, int64_t value) {
+    return "\"" + std::string(name) + "\": " + std::to_string(value);
+  };
+  return "{" + field("decode_max_rows", max_rows) + ", " + field("decode_max_weight_bytes", kDecodeMaxWeightBytes) +
+         ", " + field("decode_max_weight_bytes_above_rows", kDecodeFewRows) + ", " +
+         field("decode_max_weight_bytes_above", kDecodeMaxWeightBytes / 2) + ", " +
+         field("decode_max_rows_forward_captured", kDecodeMaxRowsCaptured) +
+         ", \"decode_backward_captured\": false, \"otherwise\": \"cublas\"}";
+}
+
 }  // namespace neuralops::ops
 
 TORCH_LIBRARY_FRAGMENT(neuralops, m) {

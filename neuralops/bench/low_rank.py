@@ -9,6 +9,8 @@ also timed on the GPU alone, for ``auto`` and two ``F.linear`` calls, in CUDA gr
   - "graph of L layers": one replay calls the op over L weight sets that together exceed the L2,
     timed per call: every call reads its weights from DRAM, as the layers of a served model do,
     without the replay's fixed cost of a few us that a one-call graph adds (timing.add_graphed_layers).
+    Back to back, the decode kernels prefetch the next call's weights during the current call;
+    "+ SiLU" puts another op's kernel after each call (for both), which leaves no such overlap.
 Forward+backward steps are also replayed from a CUDA graph ("CUDA graph"), for ``auto`` and two
 ``F.linear`` calls with autograd: eager, autograd's host work can leave the GPU idle between kernels.
 Run: ``python -m neuralops.bench low_rank [--quick]``.
@@ -61,7 +63,15 @@ def _fwd_case(m: int, k: int, r: int, n: int, dt: str) -> Case:
         add_graphed(impls, "neuralops auto, CUDA graph", impls["neuralops auto"])
         add_graphed(impls, "2x F.linear, CUDA graph", impls["2x F.linear"])
         add_graphed_layers(impls, "neuralops auto", lambda U, V, b: low_rank.fwd(x, U, V, b), (U, V, b))
+        add_graphed_layers(impls, "neuralops triton",
+                           lambda U, V, b: low_rank.fwd(x, U, V, b, backend="triton"), (U, V, b))
         add_graphed_layers(impls, "2x F.linear", lambda U, V, b: F.linear(F.linear(x, V), U, b), (U, V, b))
+        # A SiLU after each call, as in a model, where another op's kernel sits between two calls:
+        # the decode kernels then cannot prefetch a call's weights during the one before.
+        add_graphed_layers(impls, "neuralops auto + SiLU",
+                           lambda U, V, b: F.silu(low_rank.fwd(x, U, V, b)), (U, V, b))
+        add_graphed_layers(impls, "2x F.linear + SiLU",
+                           lambda U, V, b: F.silu(F.linear(F.linear(x, V), U, b)), (U, V, b))
     return Case("low_rank fwd", f"M{m} in{k} out{n} r{r} {dt} (auto: {route})", nbytes, flops, impls)
 
 

@@ -100,7 +100,7 @@ def run_decode(a, w1, w2, bias, sms, hidden=True):
     ksplit, k_len = decode_k_split(K, R, N, pcx["BLOCK_R"], pcx["BLOCK_K"], sms)
     part = nan(ksplit, M, R, dtype=torch.float32)   # NaN: a partial read before it is written shows
     kernels.low_rank_decode_partial_kernel[(cdiv(R, pcx["BLOCK_R"]), ksplit)](
-        a, w1, part, M, K, R, k_len, inner, s_outer, s_inner, kstride(w1), **pcx)
+        a, w1, w2, part, M, K, R, N, k_len, inner, s_outer, s_inner, kstride(w1), kstride(w2), **pcx)
     out = nan(M, N, dtype=a.dtype)
     h = nan(M, R, dtype=a.dtype) if hidden else out
     kernels.low_rank_decode_out_kernel[(max(1, cdiv(N, ocx["BLOCK_N"])),)](

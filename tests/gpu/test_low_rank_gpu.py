@@ -154,28 +154,49 @@ def test_gradients_match_float64(lead, k, r, n, expected, dtype, bias, backend):
             assert err <= GRAD_TOL[dtype], f"{what}: {label} {name} relative error {err:.3g}"
 
 
-@pytest.mark.parametrize("m", [16, 17, 64])
+@pytest.mark.parametrize("m", [16, 32, 33, 64])
 def test_decode_route_in_graph_capture(m):
-    """Captured into a CUDA graph, the forward runs cuBLAS above M = 16 (the GPU's time is all that
-    counts there), and eagerly the decode kernels; the replay matches an eager cuBLAS call."""
+    """Captured into a CUDA graph, where the GPU's time is all that counts, the forward runs cuBLAS
+    above M = 32 and the backward always; eagerly both take the decode kernels. The replay matches
+    an eager call on the captured route."""
     x, U, V, b = make((m,), 1024, 128, 1024, torch.bfloat16)
-    captured = "triton_decode" if m <= 16 else "cublas"
+    captured = "triton_decode" if m <= 32 else "cublas"
     assert low_rank.route(x, U, V, b) == "triton_decode"
+    assert low_rank.route(x, U, V, b, backward=True) == "triton_decode"
     static_x = x.clone()
     low_rank.fwd(static_x, U, V, b)  # load the kernels before capturing
     routes = []
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         routes.append(low_rank.route(static_x, U, V, b))
+        routes.append(low_rank.route(static_x, U, V, b, backward=True))
         static_y = low_rank.fwd(static_x, U, V, b)
-    assert routes == [captured]
+    assert routes == [captured, "cublas"]
     new_x = make((m,), 1024, 128, 1024, torch.bfloat16, seed=3)[0]
     static_x.copy_(new_x)
     graph.replay()
-    backend = "triton" if m <= 16 else "cublas"
+    backend = "triton" if captured == "triton_decode" else "cublas"
     assert torch.equal(static_y, low_rank.fwd(new_x, U, V, b, backend=backend))
     err = rel_error(static_y, exact(new_x, U, V, b))
     assert err <= TOL[torch.bfloat16], f"M={m}: relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("m,k,r,n,fwd_route,bwd_route", [
+    (16, 4096, 512, 4096, "triton_decode", "triton_decode"),   # 8 MiB of bf16 weights
+    (32, 4096, 512, 4096, "cublas", "triton_decode"),          # above M = 16: half of it
+    (32, 4096, 256, 4096, "triton_decode", "triton_decode"),
+    (1, 4096, 512, 11008, "cublas", "cublas"),                 # 15.5 MB
+    (16, 2048, 512, 2048, "triton_decode", "triton_decode"),
+])
+def test_decode_route_by_weight_size(m, k, r, n, fwd_route, bwd_route):
+    """auto takes the decode kernels only for weights small enough that they beat cuBLAS (csrc/ops/
+    low_rank.cpp decode_pays); backend="triton" still takes them."""
+    x, U, V, b = make((m,), k, r, n, torch.bfloat16)
+    assert low_rank.route(x, U, V, b) == fwd_route
+    assert low_rank.route(x, U, V, b, backward=True) == bwd_route
+    assert low_rank.route(x, U, V, b, backend="triton") == "triton_decode"
+    fp32 = [t.float() for t in (x, U, V, b)]  # the same shape at twice the bytes
+    assert low_rank.route(*fp32) == ("triton_decode" if r * (k + n) * 4 <= 9 << 20 and m <= 16 else "cublas")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -208,6 +229,42 @@ def test_decode_calls_queued_back_to_back():
     for x, y in zip(xs, ys):
         err = rel_error(y, exact(x, U, V, b))
         assert err <= TOL[torch.bfloat16], f"M={x.shape[0]}: relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("captured", [False, True])
+def test_decode_reads_what_the_kernel_before_wrote(captured):
+    """The first decode kernel is a programmatic dependent of whatever kernel precedes it and starts
+    while that one still runs, prefetching its weights into L2. Calls chained through their outputs,
+    each right after kernels that rewrite its weights in place, must each read the new values."""
+    steps = 6
+    weights = [make((16,), 1024, 128, 1024, torch.bfloat16, seed=s)[1:3] for s in range(steps)]
+    x, U, V, b = make((16,), 1024, 128, 1024, torch.bfloat16, seed=steps)
+    U, V = U.clone(), V.clone()
+
+    def chain(h):
+        outs = []
+        for Ui, Vi in weights:
+            U.copy_(Ui)
+            V.copy_(Vi)
+            h = low_rank.fwd(h, U, V, b)
+            outs.append(h)
+        return outs
+
+    if captured:
+        static_x = x.clone()
+        chain(static_x)  # load the kernels before capturing
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = chain(static_x)
+        for _ in range(2):
+            graph.replay()
+    else:
+        outs = chain(x)
+    assert low_rank.route(x, U, V, b) == "triton_decode"
+    inputs = [x] + outs[:-1]
+    for i, ((Ui, Vi), h_in, h_out) in enumerate(zip(weights, inputs, outs)):
+        err = rel_error(h_out, exact(h_in, Ui, Vi, b))
+        assert err <= TOL[torch.bfloat16], f"call {i} (captured={captured}): relative error {err:.3g}"
 
 
 @pytest.mark.parametrize("lead,k,r,n,expected", [CASES[0], CASES[4]], ids=[IDS[0], IDS[4]])
@@ -281,10 +338,11 @@ def test_double_on_cuda_takes_aten_and_triton_backend_refuses_it():
 def test_issue_decode_shapes_fwd_bwd(m, n, r):
     x, U, V, b = make((m,), 4096, r, n, torch.bfloat16)
     what = describe(x, U, V, b, "auto")
-    # Eager calls take the decode kernels up to M = 64, the backward's dx chain too (csrc/ops/low_rank.cpp
-    # route; test_decode_route_in_graph_capture for graphs).
-    assert low_rank.route(x, U, V, b) == "triton_decode", what
-    assert low_rank.route(x, U, V, b, backward=True) == "triton_decode", what
+    # Eager, the 4 MB shape takes the decode kernels, the backward's dx chain too; the larger
+    # weights take cuBLAS (csrc/ops/low_rank.cpp decode_pays; test_decode_route_in_graph_capture for graphs).
+    want_route = "triton_decode" if r == 256 else "cublas"
+    assert low_rank.route(x, U, V, b) == want_route, what
+    assert low_rank.route(x, U, V, b, backward=True) == want_route, what
     err = rel_error(low_rank.fwd(x, U, V, b), exact(x, U, V, b))
     assert err <= TOL[torch.bfloat16], f"{what}: relative error {err:.3g}"
     g = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)

@@ -35,6 +35,10 @@ Kernels
                              dependent (PDL, sm_90 and newer): its programs load their U tiles while
                              the first still reads V, wait for it (griddepcontrol.wait), then sum the
                              partials in a fixed order and write y. No counters, no zeroed buffer.
+                             The first is itself a programmatic dependent of the kernel before it:
+                             while that one (the previous layer, in a served model) finishes, it
+                             prefetches both weights into L2, so that a chain of decode calls reads
+                             the next call's weights from DRAM during the current call.
     gemm_nt_kernel           C = A @ B.T (+ bias): the two-GEMM path, used where R is too large to keep
                              h on chip.
     low_rank_wgrad_kernel    dU = g.T @ h and dV = dh.T @ x in one launch (their output tiles together
@@ -50,6 +54,7 @@ import triton
 import triton.language as tl
 
 from triton_src.common.grid_dependency import launch_dependents, wait_for_primary
+from triton_src.common.l2_prefetch import prefetch_rows_l2
 
 
 def _rows_2d(t: torch.Tensor) -> torch.Tensor:
@@ -152,9 +157,9 @@ def low_rank_fused_kernel(
 
 @triton.jit
 def low_rank_decode_partial_kernel(
-    x_ptr, v_ptr, part_ptr,
-    M, K, R, k_split,
-    x_inner, sx_outer, sx_inner, sv_r,
+    x_ptr, v_ptr, u_ptr, part_ptr,
+    M, K, R, N, k_split,
+    x_inner, sx_outer, sx_inner, sv_r, su_n,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
     """A decode call's first kernel: part[ks, :M, rb rows] = x[:, K range ks] @ V[rb rows, K range ks].T.
@@ -163,19 +168,33 @@ def low_rank_decode_partial_kernel(
     fp32 [ksplit, M, R]; the programs together write all of it. low_rank_decode_out_kernel sums the
     partials in a fixed order (an atomic-add reduction would make results depend on the order
     programs finish in).
+
+    Launched as a programmatic dependent of whatever kernel precedes it, so it starts while that
+    one (say the previous layer's) still runs: before it waits, it only prefetches into L2 its V
+    slice and a share of U (the second kernel's), which no kernel in flight may write to (a
+    prefetch changes no value). Those weights then come from L2 once the wait returns.
     """
-    # At once: the second kernel's programs start loading U on the SMs this grid leaves free.
-    launch_dependents()
     rb = tl.program_id(0)
     ks = tl.program_id(1)
+    r_lo = rb * BLOCK_R
+    k_lo = ks * k_split
+    k_hi = tl.minimum(k_lo + k_split, K)
+    prefetch_rows_l2(v_ptr + k_lo, r_lo, tl.minimum(r_lo + BLOCK_R, R), k_hi - k_lo, sv_r, 32, 4)
+    n_programs = tl.num_programs(0) * tl.num_programs(1)
+    u_rows = tl.cdiv(N, n_programs)
+    u_lo = (rb + ks * tl.num_programs(0)) * u_rows
+    prefetch_rows_l2(u_ptr, u_lo, tl.minimum(u_lo + u_rows, N), R, su_n, 32, 4)
+    wait_for_primary()
+    # Only now (the previous kernel's writes are visible): the second kernel's programs load U
+    # before they wait, on the SMs this grid leaves free.
+    launch_dependents()
     rows = tl.arange(0, BLOCK_M)
     row_ok = rows < M
-    rr = rb * BLOCK_R + tl.arange(0, BLOCK_R)
+    rr = r_lo + tl.arange(0, BLOCK_R)
     r_ok = rr < R
     x_rows = x_ptr + _row_offsets(rows, x_inner, sx_outer, sx_inner)
     v_rows = v_ptr + rr.to(tl.int64) * sv_r
-    k_lo = ks * k_split
-    acc = nt_tile(x_rows, v_rows, row_ok, r_ok, k_lo, tl.minimum(k_lo + k_split, K), BLOCK_M, BLOCK_R, BLOCK_K)
+    acc = nt_tile(x_rows, v_rows, row_ok, r_ok, k_lo, k_hi, BLOCK_M, BLOCK_R, BLOCK_K)
     part = part_ptr + ks * (M.to(tl.int64) * R) + (rows.to(tl.int64) * R)[:, None] + rr[None, :]
     tl.store(part, acc, mask=row_ok[:, None] & r_ok[None, :])
 
@@ -212,6 +231,9 @@ def low_rank_decode_out_kernel(
     waits, then sums the partials. With store_h, program 0 also stores h; with N = 0 the grid is
     that one program and it only stores h.
     """
+    # The next kernel may start: a programmatic dependent waits for this one before it reads (the
+    # next call's first kernel only prefetches its weights meanwhile).
+    launch_dependents()
     pid = tl.program_id(0)
     rows = tl.arange(0, BLOCK_M)
     cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -73,9 +73,9 @@ def _decode_out_warps(key: dict) -> int:
 
 
 _DECODE_PARTIAL_PARAMS = (
-    ("x_ptr", "*{dtype}:16"), ("v_ptr", "*{dtype}:16"), ("part_ptr", "*fp32:16"),
-    ("M", "i32"), ("K", "i32:16"), ("R", "i32:16"), ("k_split", "i32:16"),
-    ("x_inner", "i32"), ("sx_outer", "i64:16"), ("sx_inner", "i64:16"), ("sv_r", "i64:16"),
+    ("x_ptr", "*{dtype}:16"), ("v_ptr", "*{dtype}:16"), ("u_ptr", "*{dtype}:16"), ("part_ptr", "*fp32:16"),
+    ("M", "i32"), ("K", "i32:16"), ("R", "i32:16"), ("N", "i32:16"), ("k_split", "i32:16"),
+    ("x_inner", "i32"), ("sx_outer", "i64:16"), ("sx_inner", "i64:16"), ("sv_r", "i64:16"), ("su_n", "i64:16"),
 )
 
 _DECODE_OUT_PARAMS = (
