@@ -212,33 +212,26 @@ bool capturing(int device) {
 // grows with M). From benchmarks/low_rank_decode_sweep.py (results/low_rank.md, thirteenth session).
 constexpr int64_t kDecodeMaxWeightBytes = int64_t{9} << 20;
 constexpr int64_t kDecodeFewRows = 16;  // the rows up to which the full kDecodeMaxWeightBytes holds
-// The most rows a forward being captured into a CUDA graph takes the decode kernels for.
-constexpr int64_t kDecodeMaxRowsCaptured = 32;
 
 // Whether a chain whose decode kernels can run (M <= 64, the hints) should take them under
 // backend="auto". H200, bf16, per call on the GPU alone (a CUDA graph of layers, each reading its
 // weights from DRAM), decode against cuBLAS:
-//   - forward, M <= 16: faster up to 8.4 MB of weights (in 4096, r512, out 4096: 10.8 against 12.5 us;
-//     r256, out 11008: 8.2 against 12.4 us), slower from 15.5 MB (r512, out 11008: 16.4 against 14.6).
-//   - forward, M = 32 and 64: faster or even up to 4.2 MB at M = 32 (r256: 9.2 against 11.5 us), even
-//     at M = 64 (11.4 against 11.8), slower beyond (r512: 15.8 and 19.7 against 12.6 and 12.9 us).
-//     Eager, the host's time decides: a decode call is 13 us of host time against about 29 us for
-//     two cuBLAS GEMMs, so the decode kernels keep M = 33-64 at up to 4.2 MB unless the call is
-//     being captured into a graph, where the GPU's time alone counts.
+//   - forward, M <= 16: faster up to 8.4 MB of weights (in 4096, r512, out 4096: 10.4 against 12.4 us;
+//     r256, out 11008: 8.8 against 12.4 us), slower from 15.5 MB (r512, out 11008: 18.0 against 14.6).
+//   - forward, M = 17-64: faster up to 4.2 MB (r256, out 4096: 8.4 and 9.5 against 11.4 and 11.7 us
+//     at M = 32 and 64), slower beyond (r512: 13.9 and 16.2 against 12.5 and 12.9 us).
 //   - forward+backward: the decode backward (dx chain, then the Triton weight gradients) is slower
-//     on the GPU at every size but the smallest (in = out = 4096, r256, M16: 41.2 against 36.5 us),
-//     so a captured backward takes cuBLAS. Eager, the host's time decides as above (a training
-//     step's autograd work, about 150 us, outlasts these kernels up to 8.4 MB of weights: 67-89 us
-//     at r512, out 4096, against 110-145 us at r1024).
+//     on the GPU but at the smallest sizes (in = out = 4096, r256, M16: 39.4 against 36.8 us), so a
+//     backward being captured into a CUDA graph takes cuBLAS. Eager, the host's time decides: a
+//     training step's autograd work (about 150 us) outlasts these kernels up to 8.4 MB of weights
+//     (65-80 us at r512, out 4096, against 112-136 us at r1024), and the decode backward is two
+//     launches where cuBLAS takes several.
 bool decode_pays(const Chain& c) {
   const int64_t weight_bytes = c.R * (c.K + c.N) * static_cast<int64_t>(c10::elementSize(c.dtype));
   if (c.backward) {
     return weight_bytes <= kDecodeMaxWeightBytes && !capturing(c.device);
   }
-  if (c.M <= kDecodeFewRows) {
-    return weight_bytes <= kDecodeMaxWeightBytes;
-  }
-  return weight_bytes <= kDecodeMaxWeightBytes / 2 && (c.M <= kDecodeMaxRowsCaptured || !capturing(c.device));
+  return weight_bytes <= (c.M <= kDecodeFewRows ? kDecodeMaxWeightBytes : kDecodeMaxWeightBytes / 2);
 }
 
 // The one place that decides which implementation runs a shape on CUDA (the backward takes the
@@ -330,9 +323,9 @@ struct KSplit {
 // gives it as many programs as its share of the SMs, in proportion to its weight's bytes (w1 is
 // R*K, w2 N*R), while the second kernel's programs, started early, stream w2 on the others. More
 // splits cost the second kernel: each of its programs reads all parts * M * R * 4 bytes of fp32
-// partials. H200, bf16, in = out = 4096, r256, per call in a CUDA graph of 32 layers: splits 1, 2,
-// 4, 8, 16, 32 took 17.5, 11.2, 8.6, 8.0, 10.0, 14.4 us at M16 and 30.6, 19.1, 14.5, 14.0, 17.3,
-// 27.1 us at M64; the rule gives 8 (64 programs) at both.
+// partials. H200, bf16, in = out = 4096, r256 (16 R blocks of BLOCK_R 16), per call in a CUDA graph
+// of 32 layers: splits 2, 4, 8 took 6.9, 5.6, 7.1 us at M16 and 10.0, 9.5, 11.5 us at M64; the rule
+// gives 4 (64 programs) at both (thirteenth session, results/low_rank.md).
 KSplit decode_k_split(int64_t K, int64_t R, int64_t N, int64_t block_r, int64_t block_k, int64_t sms) {
   const int64_t share = std::max<int64_t>(1, sms * K / (K + N));
   const int64_t r_blocks = ceil_div(R, block_r);
@@ -561,8 +554,7 @@ std::string low_rank_routing_json() {
   };
   return "{" + field("decode_max_rows", max_rows) + ", " + field("decode_max_weight_bytes", kDecodeMaxWeightBytes) +
          ", " + field("decode_max_weight_bytes_above_rows", kDecodeFewRows) + ", " +
-         field("decode_max_weight_bytes_above", kDecodeMaxWeightBytes / 2) + ", " +
-         field("decode_max_rows_forward_captured", kDecodeMaxRowsCaptured) +
+         field("decode_max_weight_bytes_above", kDecodeMaxWeightBytes / 2) +
          ", \"decode_backward_captured\": false, \"otherwise\": \"cublas\"}";
 }
 

@@ -176,7 +176,7 @@ def test_fused_kernel(dtype, lead, k, r, n, sms, layout, bias):
     ((1,), 300, 48, 80, 132, "contiguous"),     # K split, two R blocks (the second masked)
     ((16,), 40, 30, 33, 1, "padded"),           # one K range; odd N
     ((5, 8), 520, 64, 20, 132, "transposed"),   # BLOCK_M 64, two row levels, K split
-    ((3,), 200, 300, 70, 132, "contiguous"),    # R > the output kernel's BLOCK_R: it loops over R
+    ((3,), 520, 300, 70, 132, "contiguous"),    # R > the output kernel's BLOCK_R: it loops over R
 ])
 @pytest.mark.parametrize("bias", [True, False])
 def test_decode_kernel(dtype, lead, k, r, n, sms, layout, bias):

@@ -201,15 +201,16 @@ def low_rank_decode_partial_kernel(
 
 @triton.jit
 def _hidden_chunk(part_ptr, h_ptr, rows, rr, M, R, n_ksplit, store_h, sh_m, BLOCK_M: tl.constexpr,
-                  BLOCK_R: tl.constexpr):
+                  BLOCK_R: tl.constexpr, KS_UNROLL: tl.constexpr):
     """h[:, rr] in h's dtype: the partials summed over ks in order (so results are deterministic),
     rounded as two F.linear calls round h; stored to h_ptr when store_h."""
     tile_ok = (rows < M)[:, None] & (rr < R)[None, :]
     part = part_ptr + (rows.to(tl.int64) * R)[:, None] + rr[None, :]
     slice_size = M.to(tl.int64) * R
     total = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-    for s in range(0, n_ksplit):
-        total += tl.load(part + s * slice_size, mask=tile_ok, other=0.0)
+    for s0 in range(0, n_ksplit, KS_UNROLL):
+        for j in tl.static_range(KS_UNROLL):
+            total += tl.load(part + (s0 + j) * slice_size, mask=tile_ok & (s0 + j < n_ksplit), other=0.0)
     h = total.to(h_ptr.dtype.element_ty)
     if store_h:
         tl.store(h_ptr + rows.to(tl.int64)[:, None] * sh_m + rr[None, :], h, mask=tile_ok)
@@ -221,7 +222,7 @@ def low_rank_decode_out_kernel(
     part_ptr, u_ptr, bias_ptr, y_ptr, h_ptr,
     M, R, N, n_ksplit, has_bias, store_h,
     su_n, sy_m, sh_m,
-    BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, KS_UNROLL: tl.constexpr,
 ):
     """A decode call's second kernel: y[:, nb cols] = h @ U[nb cols].T (+ bias), h from the partials.
 
@@ -244,12 +245,12 @@ def low_rank_decode_out_kernel(
     bias = tl.load(bias_ptr + cols, mask=c_ok & (has_bias != 0), other=0.0).to(tl.float32)
     wait_for_primary()
     store = (store_h != 0) & (pid == 0)
-    h = _hidden_chunk(part_ptr, h_ptr, rows, rc, M, R, n_ksplit, store, sh_m, BLOCK_M, BLOCK_R)
+    h = _hidden_chunk(part_ptr, h_ptr, rows, rc, M, R, n_ksplit, store, sh_m, BLOCK_M, BLOCK_R, KS_UNROLL)
     out = _dot(h, ut, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
     for r0 in range(BLOCK_R, R, BLOCK_R):
         rr = r0 + rc
         ut = tl.load(u_cols + rr[:, None], mask=c_ok[None, :] & (rr[:, None] < R), other=0.0)
-        h = _hidden_chunk(part_ptr, h_ptr, rows, rr, M, R, n_ksplit, store, sh_m, BLOCK_M, BLOCK_R)
+        h = _hidden_chunk(part_ptr, h_ptr, rows, rr, M, R, n_ksplit, store, sh_m, BLOCK_M, BLOCK_R, KS_UNROLL)
         out = _dot(h, ut, out)
     out += bias[None, :]
     y_out = y_ptr + rows.to(tl.int64)[:, None] * sy_m + cols[None, :]

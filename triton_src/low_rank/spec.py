@@ -54,7 +54,11 @@ _DECODE_KEYS = {"dtype": _DTYPES, "BLOCK_M": (16, 64)}
 def _decode_partial_constexprs(key: dict) -> dict:
     small = key["BLOCK_M"] == 16
     if _wide(key):
-        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_K": 128 if small else 64, "BLOCK_R": 32}
+        # BLOCK_R 16: twice the programs of BLOCK_R 32 for the same K split, so as many programs
+        # read V with half the partials for the second kernel to read. H200, bf16, in = out = 4096,
+        # r256, graph of 32 layers: M16 6.0 -> 5.6 us, M64 10.6 -> 9.5 us (against BLOCK_R 32 at the
+        # best split of each). BLOCK_K 256 rather than 128 at M16: 5.6 against 6.1 us; 512: 6.0 us.
+        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_K": 256 if small else 128, "BLOCK_R": 16}
     return {"BLOCK_M": key["BLOCK_M"], "BLOCK_K": 64 if small else 32, "BLOCK_R": 32}
 
 
@@ -63,9 +67,13 @@ def _decode_out_constexprs(key: dict) -> dict:
     # that the whole read of U overlaps the first kernel; at M = 64 with 8 warps (_decode_out_warps),
     # for the registers of the [64, 256] fp32 sum of partials. BLOCK_N 64 rather than 32 at M = 64:
     # every program reads all the partials, so twice the programs would read twice the bytes from L2.
+    # KS_UNROLL: partial slices loaded before they are summed (a loop that loads one and adds it
+    # waits out L2's latency once per slice). 4 at M = 16: graph of 32 layers, M16 6.4 -> 6.0 us
+    # (BLOCK_R 32 partials); 8 with 8 warps: 5.9 us; at M = 64 the [64, 256] fp32 slices in flight
+    # cost more registers than they save (10.6 -> 11.2 us).
     if _wide(key):
-        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 256, "BLOCK_N": 64}
-    return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 64, "BLOCK_N": 32}
+        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 256, "BLOCK_N": 64, "KS_UNROLL": 4 if key["BLOCK_M"] == 16 else 1}
+    return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 64, "BLOCK_N": 32, "KS_UNROLL": 1}
 
 
 def _decode_out_warps(key: dict) -> int:
