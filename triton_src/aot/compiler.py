@@ -116,8 +116,10 @@ def _signature(arg_names: list[str], task: Task) -> str:
     return ", ".join(params[a] if a in params else str(constexprs[a]) for a in arg_names)
 
 
-def _compile_in_worker(task: Task) -> dict:
-    """Runs in a worker process: compile one task with triton.tools.compile, return its metadata."""
+def compile_task(task: Task):
+    """Compiles one task with triton.tools.compile: (Triton's compiled kernel, with its PTX and cubin
+    in ``asm``; the generated C launcher's source; the signature string it was compiled with).
+    Needs TRITON_INTERPRET unset in this process."""
     import importlib.util
 
     import triton
@@ -156,7 +158,12 @@ def _compile_in_worker(task: Task) -> dict:
             launcher = next(Path(f).read_text() for f in files if str(f).endswith(".c"))
     finally:
         triton.compile = real_compile
-    compiled = captured[-1]
+    return captured[-1], launcher, signature
+
+
+def _compile_in_worker(task: Task) -> dict:
+    """Runs in a worker process: compile one task, return its metadata."""
+    compiled, launcher, signature = compile_task(task)
     # The generated launcher passes the user's arguments followed by Triton's scratch pointers;
     # count them there, so the runtime matches whatever this Triton version appends.
     total = int(re.search(r"void \*args\[(\d+)\]", launcher).group(1))

@@ -1,0 +1,50 @@
+"""The decode pair's first kernel is launched as a programmatic dependent of whatever kernel precedes it
+(another op's, which may be writing its inputs or weights). Its PTX for sm_90 must touch no global
+memory before griddepcontrol.wait but prefetch into L2, and let its own dependent (the second kernel,
+whose loads come before its wait) start only after that wait. GPU tests cannot see a violation
+reliably (it shows only when the timing is unlucky), so the order is checked in the compiled code."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_COMPILE = """
+import json, sys
+from pathlib import Path
+from triton_src.aot import compiler
+from triton_src.low_rank.spec import KERNELS
+spec = next(s for s in KERNELS if s.name == "low_rank_decode_partial")
+for variant in spec.variants():
+    key = dict(variant.key)
+    if key["dtype"] == "bf16" and key["BLOCK_M"] == 16:
+        task = compiler.make_task("low_rank", Path("triton_src/low_rank"), variant, 90)
+        compiled, _, _ = compiler.compile_task(task)
+        print(json.dumps(compiled.asm["ptx"]))
+        break
+"""
+
+
+def _instruction_lines(ptx: str) -> list[str]:
+    return [line.strip() for line in ptx.splitlines() if line.strip() and not line.strip().startswith("//")]
+
+
+def test_decode_partial_kernel_reads_nothing_before_its_wait():
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", _COMPILE], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = _instruction_lines(json.loads(run.stdout.strip().splitlines()[-1]))
+    wait = next(i for i, line in enumerate(lines) if line.startswith("griddepcontrol.wait"))
+    launch = next(i for i, line in enumerate(lines) if line.startswith("griddepcontrol.launch_dependents"))
+    before = lines[:wait]
+    assert any(line.startswith("prefetch.global.L2") for line in before), "no L2 prefetch before the wait"
+    memory = [line for line in before if line.startswith(("ld.global", "st.global", "cp.async", "atom.", "red."))]
+    assert not memory, f"global memory accessed before griddepcontrol.wait: {memory[:5]}"
+    assert launch > wait, "launch_dependents precedes the wait: the second kernel's U loads could race"
