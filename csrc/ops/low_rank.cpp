@@ -210,8 +210,9 @@ bool capturing(int device) {
 // The weights' bytes (w1 and w2 together) up to which the decode kernels beat cuBLAS at M <= 16,
 // and half of it above (their second kernel's programs each read all M * R partials, so their cost
 // grows with M). From benchmarks/low_rank_decode_sweep.py (results/low_rank.md, thirteenth session).
-constexpr int64_t kDecodeMaxWeightBytes = int64_t{9} << 20;
-constexpr int64_t kDecodeFewRows = 16;  // the rows up to which the full kDecodeMaxWeightBytes holds
+constexpr int64_t kDecodeFewRows = 16;
+constexpr int64_t kDecodeMaxWeightBytes = int64_t{9} << 20;  // at M <= kDecodeFewRows
+constexpr int64_t kDecodeMaxWeightBytesMoreRows = kDecodeMaxWeightBytes / 2;
 
 // Whether a chain whose decode kernels can run (M <= 64, the hints) should take them under
 // backend="auto". H200, bf16, per call on the GPU alone (a CUDA graph of layers, each reading its
@@ -231,7 +232,7 @@ bool decode_pays(const Chain& c) {
   if (c.backward) {
     return weight_bytes <= kDecodeMaxWeightBytes && !capturing(c.device);
   }
-  return weight_bytes <= (c.M <= kDecodeFewRows ? kDecodeMaxWeightBytes : kDecodeMaxWeightBytes / 2);
+  return weight_bytes <= (c.M <= kDecodeFewRows ? kDecodeMaxWeightBytes : kDecodeMaxWeightBytesMoreRows);
 }
 
 // The one place that decides which implementation runs a shape on CUDA (the backward takes the
@@ -552,9 +553,9 @@ std::string low_rank_routing_json() {
   const auto field = [](const char* name, int64_t value) {
     return "\"" + std::string(name) + "\": " + std::to_string(value);
   };
-  return "{" + field("decode_max_rows", max_rows) + ", " + field("decode_max_weight_bytes", kDecodeMaxWeightBytes) +
-         ", " + field("decode_max_weight_bytes_above_rows", kDecodeFewRows) + ", " +
-         field("decode_max_weight_bytes_above", kDecodeMaxWeightBytes / 2) +
+  return "{" + field("decode_max_rows", max_rows) + ", " + field("decode_few_rows", kDecodeFewRows) + ", " +
+         field("decode_max_weight_bytes_few_rows", kDecodeMaxWeightBytes) + ", " +
+         field("decode_max_weight_bytes_more_rows", kDecodeMaxWeightBytesMoreRows) +
          ", \"decode_backward_captured\": false, \"otherwise\": \"cublas\"}";
 }
 

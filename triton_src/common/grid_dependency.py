@@ -4,7 +4,10 @@ An op that runs several kernels in a row launches each after the first as a prog
 of the one before (csrc/runtime LaunchConfig::programmatic_dependency): the driver may start it
 while the previous kernel's last programs still run, so the launch latency between them overlaps.
 A dependent kernel calls ``wait_for_primary`` before it reads anything the previous kernel wrote;
-a kernel calls ``launch_dependents`` once the next kernel may be scheduled. Launched plainly, both
+a kernel calls ``launch_dependents`` once the next kernel may be scheduled. A kernel launched as
+the dependent of a kernel it does not know (another op's, as the low-rank decode pair's first is)
+may write nothing and read nothing before its wait but prefetch into L2 (``l2_prefetch``), and
+calls ``launch_dependents`` only after it, since its own dependent may load before its wait. Launched plainly, both
 are no-ops in effect: the wait returns at once, as stream order already holds.
 """
 

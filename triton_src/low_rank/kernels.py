@@ -171,8 +171,8 @@ def low_rank_decode_partial_kernel(
 
     Launched as a programmatic dependent of whatever kernel precedes it, so it starts while that
     one (say the previous layer's) still runs: before it waits, it only prefetches into L2 its V
-    slice and a share of U (the second kernel's), which no kernel in flight may write to (a
-    prefetch changes no value). Those weights then come from L2 once the wait returns.
+    slice and a share of U (the second kernel's). That kernel may be writing them; a prefetch
+    changes no value, so the loads after the wait still see its writes, mostly from L2.
     """
     rb = tl.program_id(0)
     ks = tl.program_id(1)
