@@ -207,20 +207,18 @@ bool capturing(int device) {
   return runtime::stream_capturing(device, c10::cuda::getCurrentCUDAStream(device).stream());
 }
 
-// The weights' bytes (w1 and w2 together) up to which the decode kernels beat cuBLAS at M <= 16,
-// and half of it above (their second kernel's programs each read all M * R partials, so their cost
-// grows with M). From benchmarks/low_rank_decode_sweep.py (results/low_rank.md, thirteenth session).
-constexpr int64_t kDecodeFewRows = 16;
-constexpr int64_t kDecodeMaxWeightBytes = int64_t{9} << 20;  // at M <= kDecodeFewRows
-constexpr int64_t kDecodeMaxWeightBytesMoreRows = kDecodeMaxWeightBytes / 2;
+// The weights' bytes (w1 and w2 together) up to which the decode kernels beat cuBLAS, at every M
+// they run. From benchmarks/low_rank_decode_sweep.py (results/low_rank.md, fourteenth session).
+constexpr int64_t kDecodeMaxWeightBytes = int64_t{9} << 20;
 
 // Whether a chain whose decode kernels can run (M <= 64, the hints) should take them under
 // backend="auto". H200, bf16, per call on the GPU alone (a CUDA graph of layers, each reading its
 // weights from DRAM), decode against cuBLAS:
 //   - forward, M <= 16: faster up to 8.4 MB of weights (in 4096, r512, out 4096: 10.4 against 12.4 us;
 //     r256, out 11008: 8.8 against 12.4 us), slower from 15.5 MB (r512, out 11008: 18.0 against 14.6).
-//   - forward, M = 17-64: faster up to 4.2 MB (r256, out 4096: 8.4 and 9.5 against 11.4 and 11.7 us
-//     at M = 32 and 64), slower beyond (r512: 13.9 and 16.2 against 12.5 and 12.9 us).
+//   - forward, M = 17-64 (the reduce kernel between the two): faster up to 8.4 MB too (r512, out 4096:
+//     11.4 and 12.6 against 12.6 and 12.9 us at M = 32 and 64; r256, out 11008: 11.3 and 12.2
+//     against 12.6 and 12.9 us). Without the reduce kernel these lost (13.9 and 16.1 us at r512).
 //   - forward+backward: the decode backward (dx chain, then the Triton weight gradients) is slower
 //     on the GPU but at the smallest sizes (in = out = 4096, r256, M16: 39.4 against 36.8 us), so a
 //     backward being captured into a CUDA graph takes cuBLAS. Eager, the host's time decides: a
@@ -229,10 +227,7 @@ constexpr int64_t kDecodeMaxWeightBytesMoreRows = kDecodeMaxWeightBytes / 2;
 //     launches where cuBLAS takes several.
 bool decode_pays(const Chain& c) {
   const int64_t weight_bytes = c.R * (c.K + c.N) * static_cast<int64_t>(c10::elementSize(c.dtype));
-  if (c.backward) {
-    return weight_bytes <= kDecodeMaxWeightBytes && !capturing(c.device);
-  }
-  return weight_bytes <= (c.M <= kDecodeFewRows ? kDecodeMaxWeightBytes : kDecodeMaxWeightBytesMoreRows);
+  return weight_bytes <= kDecodeMaxWeightBytes && !(c.backward && capturing(c.device));
 }
 
 // The one place that decides which implementation runs a shape on CUDA (the backward takes the
@@ -327,8 +322,14 @@ struct KSplit {
 // partials. H200, bf16, in = out = 4096, r256 (16 R blocks of BLOCK_R 16), per call in a CUDA graph
 // of 32 layers: splits 2, 4, 8 took 6.9, 5.6, 7.1 us at M16 and 10.0, 9.5, 11.5 us at M64; the rule
 // gives 4 (64 programs) at both (thirteenth session, results/low_rank.md).
-KSplit decode_k_split(int64_t K, int64_t R, int64_t N, int64_t block_r, int64_t block_k, int64_t sms) {
-  const int64_t share = std::max<int64_t>(1, sms * K / (K + N));
+//
+// With the reduce kernel between the two (decode_reduced), the second kernel reads one summed slice
+// whatever the split, so the first kernel takes one program per SM: M64, graph of 32 layers, parts
+// 2 / 4 / 8 / 16 took 10.5 / 10.2 / 8.8 / 8.5 us at in = out = 4096, r256 (the rule: 8), 16.4 /
+// 12.6 / 13.2 / 15.3 us at r512 (4), 14.4 / 12.4 / 12.2 / 12.7 us at out 11008, r256 (8).
+KSplit decode_k_split(int64_t K, int64_t R, int64_t N, int64_t block_r, int64_t block_k, int64_t sms,
+                      bool reduced) {
+  const int64_t share = reduced ? sms : std::max<int64_t>(1, sms * K / (K + N));
   const int64_t r_blocks = ceil_div(R, block_r);
   const int64_t parts = std::clamp<int64_t>((share + r_blocks / 2) / r_blocks, 1, ceil_div(K, block_k));
   const int64_t len = ceil_div(ceil_div(K, parts), block_k) * block_k;
@@ -369,7 +370,10 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
   const aot::LowRankDecodeOutKey out_key{dtype, block_m};
   const auto pcx = aot::low_rank_decode_partial_constexprs(partial_key);
   const auto ocx = aot::low_rank_decode_out_constexprs(out_key);
-  const KSplit split = decode_k_split(K, R, N, pcx.BLOCK_R, pcx.BLOCK_K, runtime::multiprocessor_count(device));
+  const aot::LowRankDecodeReduceKey reduce_key{block_m};
+  const bool reduced = aot::low_rank_decode_reduce_built(reduce_key);
+  const KSplit split =
+      decode_k_split(K, R, N, pcx.BLOCK_R, pcx.BLOCK_K, runtime::multiprocessor_count(device), reduced);
   // Written in full by the first kernel before the second reads it: no zeroing.
   const at::Tensor part = at::empty({split.parts, M, R}, out.options().dtype(at::kFloat));
   // A programmatic dependent of whatever kernel precedes it: its programs prefetch w1 and w2 into
@@ -379,11 +383,23 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
   aot::low_rank_decode_partial(partial_key, partial_config, a.t.const_data_ptr(), w1.const_data_ptr(),
                                w2.const_data_ptr(), part.mutable_data_ptr(), M, K, R, N, split.len, a.inner,
                                a.s_outer, a.s_inner, kernel_stride(w1, 0), kernel_stride(w2, 0));
+  // Where spec.py builds the reduce kernel for these rows: the partials summed once, between the two.
+  at::Tensor summed = part;
+  int64_t n_parts = split.parts;
+  if (reduced) {
+    summed = at::empty({M, R}, part.options());
+    const auto rcx = aot::low_rank_decode_reduce_constexprs(reduce_key);
+    auto reduce_config = launch_config(out, ceil_div(M * R, rcx.BLOCK), 1, 1, "low_rank");
+    reduce_config.programmatic_dependency = true;
+    aot::low_rank_decode_reduce(reduce_key, reduce_config, part.const_data_ptr(), summed.mutable_data_ptr(),
+                                M * R, split.parts);
+    n_parts = 1;
+  }
   // A programmatic dependent: its programs load their w2 tiles while the first kernel reads w1.
   auto config = launch_config(out, std::max<int64_t>(1, ceil_div(N, ocx.BLOCK_N)), 1, 1, "low_rank");
   config.programmatic_dependency = true;
-  aot::low_rank_decode_out(out_key, config, part.const_data_ptr(), w2.const_data_ptr(), ptr_or(bias, out),
-                           out.mutable_data_ptr(), ptr_or(hidden, out), M, R, N, split.parts,
+  aot::low_rank_decode_out(out_key, config, summed.const_data_ptr(), w2.const_data_ptr(), ptr_or(bias, out),
+                           out.mutable_data_ptr(), ptr_or(hidden, out), M, R, N, n_parts,
                            bias.has_value() ? 1 : 0, hidden.has_value() ? 1 : 0, kernel_stride(w2, 0),
                            N == 0 ? 0 : kernel_stride(out, 0), hidden.has_value() ? kernel_stride(*hidden, 0) : 0);
 }
@@ -553,9 +569,7 @@ std::string low_rank_routing_json() {
   const auto field = [](const char* name, int64_t value) {
     return "\"" + std::string(name) + "\": " + std::to_string(value);
   };
-  return "{" + field("decode_max_rows", max_rows) + ", " + field("decode_few_rows", kDecodeFewRows) + ", " +
-         field("decode_max_weight_bytes_few_rows", kDecodeMaxWeightBytes) + ", " +
-         field("decode_max_weight_bytes_more_rows", kDecodeMaxWeightBytesMoreRows) +
+  return "{" + field("decode_max_rows", max_rows) + ", " + field("decode_max_weight_bytes", kDecodeMaxWeightBytes) +
          ", \"decode_backward_captured\": false, \"otherwise\": \"cublas\"}";
 }
 

@@ -36,8 +36,7 @@ def test_build_info_lists_every_arch_and_kernel(library_loaded):
         assert info["ops"][op]["variants"] == variants
         assert info["ops"][op]["cubins"] == variants * len(archs)
     assert info["torch"] == torch.__version__.split("+")[0]
-    assert info["routing"]["low_rank"]["decode_max_weight_bytes_few_rows"] == 9 << 20
-    assert info["routing"]["low_rank"]["decode_max_weight_bytes_more_rows"] == 9 << 19
+    assert info["routing"]["low_rank"]["decode_max_weight_bytes"] == 9 << 20
     assert info["routing"]["low_rank"]["otherwise"] == "cublas"
 
 

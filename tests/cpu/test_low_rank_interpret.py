@@ -81,30 +81,43 @@ def run_fused(a, w1, w2, bias, hidden, sms):
     return out, (h if hidden else None), split
 
 
-def decode_k_split(k, r, n, block_r, block_k, sms):
+def decode_k_split(k, r, n, block_r, block_k, sms, reduced):
     """(parts, K elements per part) as decode_k_split() in csrc/ops/low_rank.cpp."""
-    share = max(1, sms * k // (k + n))
+    share = sms if reduced else max(1, sms * k // (k + n))
     r_blocks = cdiv(r, block_r)
     parts = min(max((share + r_blocks // 2) // r_blocks, 1), cdiv(k, block_k))
     length = cdiv(cdiv(k, parts), block_k) * block_k
     return cdiv(k, length), length
 
 
-def run_decode(a, w1, w2, bias, sms, hidden=True):
+REDUCED_BLOCK_M = next(spec for spec in KERNELS if spec.name == "low_rank_decode_reduce").keys["BLOCK_M"]
+
+
+def run_decode(a, w1, w2, bias, sms, hidden=True, reduced=None):
+    """The decode kernels as the op chains them; reduced (default: where spec.py builds the reduce
+    kernel for the rows' BLOCK_M) runs the reduce kernel between the two."""
     a, inner, s_outer, s_inner = rows_of(a)
     M = a.numel() // a.shape[-1]
     K, R, N = w1.shape[1], w1.shape[0], w2.shape[0]
     key = {"dtype": DT[a.dtype], "BLOCK_M": 16 if M <= 16 else 64}
+    if reduced is None:
+        reduced = key["BLOCK_M"] in REDUCED_BLOCK_M
     pcx = CONSTEXPRS["low_rank_decode_partial"](key)
     ocx = CONSTEXPRS["low_rank_decode_out"](key)
-    ksplit, k_len = decode_k_split(K, R, N, pcx["BLOCK_R"], pcx["BLOCK_K"], sms)
+    ksplit, k_len = decode_k_split(K, R, N, pcx["BLOCK_R"], pcx["BLOCK_K"], sms, reduced)
     part = nan(ksplit, M, R, dtype=torch.float32)   # NaN: a partial read before it is written shows
     kernels.low_rank_decode_partial_kernel[(cdiv(R, pcx["BLOCK_R"]), ksplit)](
         a, w1, w2, part, M, K, R, N, k_len, inner, s_outer, s_inner, kstride(w1), kstride(w2), **pcx)
+    n_parts = ksplit
+    if reduced:
+        rcx = CONSTEXPRS["low_rank_decode_reduce"]({"BLOCK_M": key["BLOCK_M"]})
+        summed = nan(M, R, dtype=torch.float32)
+        kernels.low_rank_decode_reduce_kernel[(cdiv(M * R, rcx["BLOCK"]),)](part, summed, M * R, ksplit, **rcx)
+        part, n_parts = summed, 1
     out = nan(M, N, dtype=a.dtype)
     h = nan(M, R, dtype=a.dtype) if hidden else out
     kernels.low_rank_decode_out_kernel[(max(1, cdiv(N, ocx["BLOCK_N"])),)](
-        part, w2, bias if bias is not None else out, out, h, M, R, N, ksplit, int(bias is not None),
+        part, w2, bias if bias is not None else out, out, h, M, R, N, n_parts, int(bias is not None),
         int(hidden), kstride(w2), 0 if N == 0 else kstride(out), kstride(h) if hidden else 0, **ocx)
     return out, (h if hidden else None), ksplit
 
@@ -188,6 +201,18 @@ def test_decode_kernel(dtype, lead, k, r, n, sms, layout, bias):
     assert (ksplit > 1) == (lead != (16,))
     y2, none, _ = run_decode(x, V, U, b, sms, hidden=False)
     assert none is None and torch.equal(y2, y)
+
+
+@pytest.mark.parametrize("lead,sms", [((40,), 132), ((64,), 7), ((3, 7), 132)])
+def test_decode_reduce_kernel_changes_no_bit(lead, sms):
+    """The reduce kernel adds the partials in the output kernel's order: with it or without it, the
+    same split gives the same y and h bit for bit (sms chosen so that both splits agree here)."""
+    x, U, V, b = make(lead, 520, 72, 48, torch.float32)
+    with_reduce = run_decode(x, V, U, b, sms, reduced=True)
+    without = run_decode(x, V, U, b, sms, reduced=False)
+    assert with_reduce[2] == without[2] > 1
+    assert torch.equal(with_reduce[0], without[0]) and torch.equal(with_reduce[1], without[1])
+    assert rel_error(with_reduce[0], kernels.low_rank_reference(x, U, V, b)[0]) <= 1e-5
 
 
 def test_decode_kernel_hidden_only():

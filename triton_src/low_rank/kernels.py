@@ -39,6 +39,10 @@ Kernels
                              while that one (the previous layer, in a served model) finishes, it
                              prefetches both weights into L2, so that a chain of decode calls reads
                              the next call's weights from DRAM during the current call.
+    low_rank_decode_reduce_kernel
+                             at the BLOCK_M values spec.py builds it for (64): chained between the
+                             two, it sums the partials once into one fp32 slice, which every program
+                             of the second kernel then reads instead of all the partials.
     gemm_nt_kernel           C = A @ B.T (+ bias): the two-GEMM path, used where R is too large to keep
                              h on chip.
     low_rank_wgrad_kernel    dU = g.T @ h and dV = dh.T @ x in one launch (their output tiles together
@@ -197,6 +201,29 @@ def low_rank_decode_partial_kernel(
     acc = nt_tile(x_rows, v_rows, row_ok, r_ok, k_lo, k_hi, BLOCK_M, BLOCK_R, BLOCK_K)
     part = part_ptr + ks * (M.to(tl.int64) * R) + (rows.to(tl.int64) * R)[:, None] + rr[None, :]
     tl.store(part, acc, mask=row_ok[:, None] & r_ok[None, :])
+
+
+@triton.jit
+def low_rank_decode_reduce_kernel(part_ptr, sum_ptr, size, n_ksplit, BLOCK: tl.constexpr, KS_UNROLL: tl.constexpr):
+    """Between the decode pair at larger M: sum[i] = part[0, i] + ... + part[n_ksplit - 1, i] over the
+    fp32 partials flattened ([n_ksplit, M * R] -> [M * R]), added in the order the output kernel adds
+    them, so that it reads one slice (n_ksplit = 1) and computes the same h bit for bit.
+
+    Every program of the output kernel sums all the partials it needs for its h; at M = 64 that is
+    n_ksplit * 64 KB each from L2, summed here once instead. Grid cdiv(size, BLOCK); launched as a
+    programmatic dependent of low_rank_decode_partial_kernel, and lets the output kernel start at
+    once (its programs load only U and bias before they wait, which no kernel of the call writes).
+    """
+    launch_dependents()
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < size
+    wait_for_primary()
+    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s0 in range(0, n_ksplit, KS_UNROLL):
+        for j in tl.static_range(KS_UNROLL):
+            total += tl.load(part_ptr + (s0 + j) * size.to(tl.int64) + offs, mask=ok & (s0 + j < n_ksplit),
+                             other=0.0)
+    tl.store(sum_ptr + offs, total, mask=ok)
 
 
 @triton.jit

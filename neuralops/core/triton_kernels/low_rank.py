@@ -17,8 +17,8 @@ On CUDA tensors of float16, bfloat16 or float32 the work runs in the compiled li
 (``torch.ops.neuralops.low_rank_fwd`` / ``low_rank_fwd_hidden`` / ``low_rank_bwd``), which picks
 per shape between AOT-compiled Triton kernels and cuBLAS (``backend="auto"``; ``"triton"`` or
 ``"cublas"`` force one; ``route()`` says which a call takes). Decode sizes (up to 64 rows) take the
-Triton kernels where their weights are small enough for them to win (up to 9 MiB at 16 rows or
-fewer, 4.5 MiB above; ``neuralops.build_info()["routing"]["low_rank"]``), except a backward being
+Triton kernels where their weights are small enough for them to win (up to 9 MiB;
+``neuralops.build_info()["routing"]["low_rank"]``), except a backward being
 captured into a CUDA graph, where only the GPU's time counts and cuBLAS is faster. Elsewhere
 ``low_rank_pytorch_fallback``
 runs. ``fwd`` is differentiable either way (gradients for x, U, V and bias; when autograd needs
