@@ -315,23 +315,23 @@ struct KSplit {
   int64_t len;
 };
 
-// The first kernel's programs are latency-bound (a few tiles of w1 in flight each), so the split
-// gives it as many programs as its share of the SMs, in proportion to its weight's bytes (w1 is
-// R*K, w2 N*R), while the second kernel's programs, started early, stream w2 on the others. More
-// splits cost the second kernel: each of its programs reads all parts * M * R * 4 bytes of fp32
-// partials. H200, bf16, in = out = 4096, r256 (16 R blocks of BLOCK_R 16), per call in a CUDA graph
-// of 32 layers: splits 2, 4, 8 took 6.9, 5.6, 7.1 us at M16 and 10.0, 9.5, 11.5 us at M64; the rule
-// gives 4 (64 programs) at both (thirteenth session, results/low_rank.md).
+// Without the reduce kernel (M <= 16), each program of the second kernel reads all parts * M * R * 4
+// bytes of fp32 partials, so the split is as coarse as keeps the first kernel's programs short: at
+// least 4 parts, each at most 4 BLOCK_K tiles of K. H200, bf16, M16, per call in a CUDA graph of 32
+// layers (benchmarks/results/low_rank.md, fourteenth session's two sweeps): in = out = 4096, r128 /
+// r256 / r512 5.0 / 5.6 / 9.1 us against 5.4 / 5.6 / 10.4 under the previous rule (a share of the SMs
+// in proportion to w1's bytes); in 4096, out 11008, r256 7.4 against 8.8 us, r512 13.5 against 18.0;
+// in 11008, out 4096, r256 10.0 against 9.5 us, the one shape that lost.
 //
 // With the reduce kernel between the two (decode_reduced), the second kernel reads one summed slice
-// whatever the split, so the first kernel takes one program per SM: M64, graph of 32 layers, parts
-// 2 / 4 / 8 / 16 took 10.5 / 10.2 / 8.8 / 8.5 us at in = out = 4096, r256 (the rule: 8), 16.4 /
-// 12.6 / 13.2 / 15.3 us at r512 (4), 14.4 / 12.4 / 12.2 / 12.7 us at out 11008, r256 (8).
-KSplit decode_k_split(int64_t K, int64_t R, int64_t N, int64_t block_r, int64_t block_k, int64_t sms,
-                      bool reduced) {
-  const int64_t share = reduced ? sms : std::max<int64_t>(1, sms * K / (K + N));
+// whatever the split, so the first kernel takes one program per SM: M64, parts 2 / 4 / 8 / 16 took
+// 10.5 / 10.2 / 8.8 / 8.5 us at in = out = 4096, r256 (the rule: 8), 16.4 / 12.6 / 13.2 / 15.3 us at
+// r512 (4), 14.4 / 12.4 / 12.2 / 12.7 us at out 11008, r256 (8).
+KSplit decode_k_split(int64_t K, int64_t R, int64_t block_r, int64_t block_k, int64_t sms, bool reduced) {
+  const int64_t k_tiles = ceil_div(K, block_k);
   const int64_t r_blocks = ceil_div(R, block_r);
-  const int64_t parts = std::clamp<int64_t>((share + r_blocks / 2) / r_blocks, 1, ceil_div(K, block_k));
+  const int64_t wanted = reduced ? (sms + r_blocks / 2) / r_blocks : std::max<int64_t>(4, ceil_div(k_tiles, 4));
+  const int64_t parts = std::clamp<int64_t>(wanted, 1, k_tiles);
   const int64_t len = ceil_div(ceil_div(K, parts), block_k) * block_k;
   return {ceil_div(K, len), len};
 }
@@ -373,32 +373,35 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
   const aot::LowRankDecodeReduceKey reduce_key{block_m};
   const bool reduced = aot::low_rank_decode_reduce_built(reduce_key);
   const KSplit split =
-      decode_k_split(K, R, N, pcx.BLOCK_R, pcx.BLOCK_K, runtime::multiprocessor_count(device), reduced);
-  // Written in full by the first kernel before the second reads it: no zeroing.
-  const at::Tensor part = at::empty({split.parts, M, R}, out.options().dtype(at::kFloat));
+      decode_k_split(K, R, pcx.BLOCK_R, pcx.BLOCK_K, runtime::multiprocessor_count(device), reduced);
+  // Written in full by the first kernel before the second reads it: no zeroing. With the reduce
+  // kernel, one more [M, R] slice at the end receives the sum (one allocation and no views: this is
+  // on the host's path of an eager call).
+  const at::Tensor part = at::empty({split.parts + (reduced ? 1 : 0), M, R}, out.options().dtype(at::kFloat));
+  float* const part_ptr = part.mutable_data_ptr<float>();
   // A programmatic dependent of whatever kernel precedes it: its programs prefetch w1 and w2 into
   // L2 while that kernel finishes, and wait for it before they read anything.
   auto partial_config = launch_config(out, ceil_div(R, pcx.BLOCK_R), split.parts, 1, "low_rank");
   partial_config.programmatic_dependency = true;
   aot::low_rank_decode_partial(partial_key, partial_config, a.t.const_data_ptr(), w1.const_data_ptr(),
-                               w2.const_data_ptr(), part.mutable_data_ptr(), M, K, R, N, split.len, a.inner,
+                               w2.const_data_ptr(), part_ptr, M, K, R, N, split.len, a.inner,
                                a.s_outer, a.s_inner, kernel_stride(w1, 0), kernel_stride(w2, 0));
   // Where spec.py builds the reduce kernel for these rows: the partials summed once, between the two.
-  at::Tensor summed = part;
+  const float* summed = part_ptr;
   int64_t n_parts = split.parts;
   if (reduced) {
-    summed = at::empty({M, R}, part.options());
+    float* const sum_ptr = part_ptr + split.parts * M * R;
     const auto rcx = aot::low_rank_decode_reduce_constexprs(reduce_key);
     auto reduce_config = launch_config(out, ceil_div(M * R, rcx.BLOCK), 1, 1, "low_rank");
     reduce_config.programmatic_dependency = true;
-    aot::low_rank_decode_reduce(reduce_key, reduce_config, part.const_data_ptr(), summed.mutable_data_ptr(),
-                                M * R, split.parts);
+    aot::low_rank_decode_reduce(reduce_key, reduce_config, part_ptr, sum_ptr, M * R, split.parts);
+    summed = sum_ptr;
     n_parts = 1;
   }
   // A programmatic dependent: its programs load their w2 tiles while the first kernel reads w1.
   auto config = launch_config(out, std::max<int64_t>(1, ceil_div(N, ocx.BLOCK_N)), 1, 1, "low_rank");
   config.programmatic_dependency = true;
-  aot::low_rank_decode_out(out_key, config, summed.const_data_ptr(), w2.const_data_ptr(), ptr_or(bias, out),
+  aot::low_rank_decode_out(out_key, config, summed, w2.const_data_ptr(), ptr_or(bias, out),
                            out.mutable_data_ptr(), ptr_or(hidden, out), M, R, N, n_parts,
                            bias.has_value() ? 1 : 0, hidden.has_value() ? 1 : 0, kernel_stride(w2, 0),
                            N == 0 ? 0 : kernel_stride(out, 0), hidden.has_value() ? kernel_stride(*hidden, 0) : 0);

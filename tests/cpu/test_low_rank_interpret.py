@@ -81,11 +81,12 @@ def run_fused(a, w1, w2, bias, hidden, sms):
     return out, (h if hidden else None), split
 
 
-def decode_k_split(k, r, n, block_r, block_k, sms, reduced):
+def decode_k_split(k, r, block_r, block_k, sms, reduced):
     """(parts, K elements per part) as decode_k_split() in csrc/ops/low_rank.cpp."""
-    share = sms if reduced else max(1, sms * k // (k + n))
+    k_tiles = cdiv(k, block_k)
     r_blocks = cdiv(r, block_r)
-    parts = min(max((share + r_blocks // 2) // r_blocks, 1), cdiv(k, block_k))
+    wanted = (sms + r_blocks // 2) // r_blocks if reduced else max(4, cdiv(k_tiles, 4))
+    parts = min(max(wanted, 1), k_tiles)
     length = cdiv(cdiv(k, parts), block_k) * block_k
     return cdiv(k, length), length
 
@@ -93,9 +94,10 @@ def decode_k_split(k, r, n, block_r, block_k, sms, reduced):
 REDUCED_BLOCK_M = next(spec for spec in KERNELS if spec.name == "low_rank_decode_reduce").keys["BLOCK_M"]
 
 
-def run_decode(a, w1, w2, bias, sms, hidden=True, reduced=None):
+def run_decode(a, w1, w2, bias, sms, hidden=True, reduced=None, split=None):
     """The decode kernels as the op chains them; reduced (default: where spec.py builds the reduce
-    kernel for the rows' BLOCK_M) runs the reduce kernel between the two."""
+    kernel for the rows' BLOCK_M) runs the reduce kernel between the two; split, (parts, K elements
+    per part), replaces the op's rule."""
     a, inner, s_outer, s_inner = rows_of(a)
     M = a.numel() // a.shape[-1]
     K, R, N = w1.shape[1], w1.shape[0], w2.shape[0]
@@ -104,7 +106,7 @@ def run_decode(a, w1, w2, bias, sms, hidden=True, reduced=None):
         reduced = key["BLOCK_M"] in REDUCED_BLOCK_M
     pcx = CONSTEXPRS["low_rank_decode_partial"](key)
     ocx = CONSTEXPRS["low_rank_decode_out"](key)
-    ksplit, k_len = decode_k_split(K, R, N, pcx["BLOCK_R"], pcx["BLOCK_K"], sms, reduced)
+    ksplit, k_len = split or decode_k_split(K, R, pcx["BLOCK_R"], pcx["BLOCK_K"], sms, reduced)
     part = nan(ksplit, M, R, dtype=torch.float32)   # NaN: a partial read before it is written shows
     kernels.low_rank_decode_partial_kernel[(cdiv(R, pcx["BLOCK_R"]), ksplit)](
         a, w1, w2, part, M, K, R, N, k_len, inner, s_outer, s_inner, kstride(w1), kstride(w2), **pcx)
@@ -203,14 +205,16 @@ def test_decode_kernel(dtype, lead, k, r, n, sms, layout, bias):
     assert none is None and torch.equal(y2, y)
 
 
-@pytest.mark.parametrize("lead,sms", [((40,), 132), ((64,), 7), ((3, 7), 132)])
-def test_decode_reduce_kernel_changes_no_bit(lead, sms):
+@pytest.mark.parametrize("lead,parts", [((40,), 17), ((64,), 2), ((3, 7), 5)])
+def test_decode_reduce_kernel_changes_no_bit(lead, parts):
     """The reduce kernel adds the partials in the output kernel's order: with it or without it, the
-    same split gives the same y and h bit for bit (sms chosen so that both splits agree here)."""
+    same split gives the same y and h bit for bit."""
     x, U, V, b = make(lead, 520, 72, 48, torch.float32)
-    with_reduce = run_decode(x, V, U, b, sms, reduced=True)
-    without = run_decode(x, V, U, b, sms, reduced=False)
-    assert with_reduce[2] == without[2] > 1
+    split = (parts, cdiv(cdiv(520, parts), 32) * 32)   # BLOCK_K 32 (fp32, BLOCK_M 64)
+    assert cdiv(520, split[1]) == parts
+    with_reduce = run_decode(x, V, U, b, 132, reduced=True, split=split)
+    without = run_decode(x, V, U, b, 132, reduced=False, split=split)
+    assert with_reduce[2] == without[2] == parts
     assert torch.equal(with_reduce[0], without[0]) and torch.equal(with_reduce[1], without[1])
     assert rel_error(with_reduce[0], kernels.low_rank_reference(x, U, V, b)[0]) <= 1e-5
 
