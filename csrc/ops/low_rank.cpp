@@ -166,12 +166,24 @@ const char* impl_name(Impl impl) {
 
 // The smallest block of the fast kernels built for `dtype` (triton_src/low_rank/spec.py) that
 // covers `size`, or 0 when none does: the decode kernels' rows (BLOCK_M; the two are built for the
-// same keys), the fused kernel's rank (BLOCK_R). Their limits follow the declaration.
+// same dtypes and BLOCK_M), the fused kernel's rank (BLOCK_R). Their limits follow the declaration.
 int64_t decode_block(c10::ScalarType dtype, int64_t rows) {
   for (int64_t b = 16; b <= 1024; b *= 2) {
     if (b >= rows && aot::low_rank_decode_partial_built({dtype, b})) return b;
   }
   return 0;
+}
+
+// The decode output kernel's BLOCK_N for N columns: the smallest built (spec.py, _decode_out_blocks)
+// whose grid fits in one wave of `sms` programs, else the largest built.
+int64_t decode_out_block(c10::ScalarType dtype, int64_t block_m, int64_t N, int64_t sms) {
+  int64_t largest = 0;
+  for (int64_t b = 16; b <= 1024; b *= 2) {
+    if (!aot::low_rank_decode_out_built({dtype, block_m, b})) continue;
+    if (ceil_div(N, b) <= sms) return b;
+    largest = b;
+  }
+  return largest;
 }
 
 int64_t fused_block(c10::ScalarType dtype, int64_t rank) {
@@ -214,11 +226,12 @@ constexpr int64_t kDecodeMaxWeightBytes = int64_t{9} << 20;
 // Whether a chain whose decode kernels can run (M <= 64, the hints) should take them under
 // backend="auto". H200, bf16, per call on the GPU alone (a CUDA graph of layers, each reading its
 // weights from DRAM), decode against cuBLAS:
-//   - forward, M <= 16: faster up to 8.4 MB of weights (in 4096, r512, out 4096: 10.4 against 12.4 us;
-//     r256, out 11008: 8.8 against 12.4 us), slower from 15.5 MB (r512, out 11008: 18.0 against 14.6).
+//   - forward, M <= 16: faster up to 8.4 MB of weights (in 4096, r512, out 4096: 9.1 against 12.5 us;
+//     r256, out 11008: 7.4 against 12.4 us). At 15.5 MB (r512, out 11008) faster in a graph (13.4
+//     against 14.6 us) but slower eager (17.9 against 16.9 us), and slower from 16.8 MB (r1024).
 //   - forward, M = 17-64 (the reduce kernel between the two): faster up to 8.4 MB too (r512, out 4096:
-//     11.4 and 12.6 against 12.6 and 12.9 us at M = 32 and 64; r256, out 11008: 11.3 and 12.2
-//     against 12.6 and 12.9 us). Without the reduce kernel these lost (13.9 and 16.1 us at r512).
+//     10.8 and 11.6 against 12.6 and 12.9 us at M = 32 and 64; r256, out 11008: 10.4 and 10.5
+//     against 12.6 and 13.0 us), slower at 15.5 MB (16.4 and 16.3 against 14.8 and 15.1 us).
 //   - forward+backward: the decode backward (dx chain, then the Triton weight gradients) is slower
 //     on the GPU but at the smallest sizes (in = out = 4096, r256, M16: 39.4 against 36.8 us), so a
 //     backward being captured into a CUDA graph takes cuBLAS. Eager, the host's time decides: a
@@ -367,13 +380,13 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
   TORCH_CHECK(impl == Impl::kDecode, "neuralops.low_rank: internal error: no kernel for this route");
   const int64_t block_m = decode_block(dtype, M);
   const aot::LowRankDecodePartialKey partial_key{dtype, block_m};
-  const aot::LowRankDecodeOutKey out_key{dtype, block_m};
+  const int64_t sms = runtime::multiprocessor_count(device);
+  const aot::LowRankDecodeOutKey out_key{dtype, block_m, decode_out_block(dtype, block_m, N, sms)};
   const auto pcx = aot::low_rank_decode_partial_constexprs(partial_key);
   const auto ocx = aot::low_rank_decode_out_constexprs(out_key);
   const aot::LowRankDecodeReduceKey reduce_key{block_m};
   const bool reduced = aot::low_rank_decode_reduce_built(reduce_key);
-  const KSplit split =
-      decode_k_split(K, R, pcx.BLOCK_R, pcx.BLOCK_K, runtime::multiprocessor_count(device), reduced);
+  const KSplit split = decode_k_split(K, R, pcx.BLOCK_R, pcx.BLOCK_K, sms, reduced);
   // Written in full by the first kernel before the second reads it: no zeroing. With the reduce
   // kernel, one more [M, R] slice at the end receives the sum (one allocation and no views: this is
   // on the host's path of an eager call).

@@ -92,6 +92,16 @@ def decode_k_split(k, r, block_r, block_k, sms, reduced):
 
 
 REDUCED_BLOCK_M = next(spec for spec in KERNELS if spec.name == "low_rank_decode_reduce").keys["BLOCK_M"]
+OUT_BLOCKS: dict = {}   # (dtype, BLOCK_M) -> the output kernel's BLOCK_N values built
+for variant in next(spec for spec in KERNELS if spec.name == "low_rank_decode_out").variants():
+    vkey = variant.key_dict
+    OUT_BLOCKS.setdefault((vkey["dtype"], vkey["BLOCK_M"]), set()).add(vkey["BLOCK_N"])
+
+
+def decode_out_block(dtype, block_m, n, sms):
+    """BLOCK_N as decode_out_block() in csrc/ops/low_rank.cpp."""
+    blocks = sorted(OUT_BLOCKS[(dtype, block_m)])
+    return next((b for b in blocks if cdiv(n, b) <= sms), blocks[-1])
 
 
 def run_decode(a, w1, w2, bias, sms, hidden=True, reduced=None, split=None):
@@ -105,7 +115,7 @@ def run_decode(a, w1, w2, bias, sms, hidden=True, reduced=None, split=None):
     if reduced is None:
         reduced = key["BLOCK_M"] in REDUCED_BLOCK_M
     pcx = CONSTEXPRS["low_rank_decode_partial"](key)
-    ocx = CONSTEXPRS["low_rank_decode_out"](key)
+    ocx = CONSTEXPRS["low_rank_decode_out"]({**key, "BLOCK_N": decode_out_block(key["dtype"], key["BLOCK_M"], N, sms)})
     ksplit, k_len = split or decode_k_split(K, R, pcx["BLOCK_R"], pcx["BLOCK_K"], sms, reduced)
     part = nan(ksplit, M, R, dtype=torch.float32)   # NaN: a partial read before it is written shows
     kernels.low_rank_decode_partial_kernel[(cdiv(R, pcx["BLOCK_R"]), ksplit)](
@@ -217,6 +227,17 @@ def test_decode_reduce_kernel_changes_no_bit(lead, parts):
     assert with_reduce[2] == without[2] == parts
     assert torch.equal(with_reduce[0], without[0]) and torch.equal(with_reduce[1], without[1])
     assert rel_error(with_reduce[0], kernels.low_rank_reference(x, U, V, b)[0]) <= 1e-5
+
+
+@pytest.mark.parametrize("sms,block_n", [(10, 32), (5, 64), (3, 128), (1, 128)])
+def test_decode_out_block_by_grid(sms, block_n):
+    """Each BLOCK_N built for the output kernel at BLOCK_M 64 (fp16): the smallest whose grid of
+    cdiv(300, BLOCK_N) programs fits in `sms`, else the largest."""
+    assert decode_out_block("fp16", 64, 300, sms) == block_n
+    x, U, V, b = make((40,), 200, 48, 300, torch.float16)
+    y, h, _ = run_decode(x, V, U, b, sms)
+    y_ref, h_ref = kernels.low_rank_reference(x, U, V, b)
+    assert rel_error(y, y_ref) <= TOL[torch.float16] and rel_error(h, h_ref) <= TOL[torch.float16]
 
 
 def test_decode_kernel_hidden_only():

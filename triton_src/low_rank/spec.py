@@ -1,7 +1,7 @@
 """The low-rank projection kernel specializations the build compiles (read by triton_src.aot).
 
 Tile sizes are constexprs derived from the key; everything else (sizes, strides, split counts,
-whether there is a bias) is a run-time argument, so the variant count stays small: 30 variants.
+whether there is a bias) is a run-time argument, so the variant count stays small: 34 variants.
 
 Two kinds of kernels:
   - the general ones (gemm_nt, wgrad) run any shape and layout: each key is built twice, with and
@@ -46,8 +46,8 @@ _FUSED_PARAMS = (
 )
 
 # ---- decode forward (M <= 64): partials over (R block, K range), then y over N blocks ----------
-# The two kernels run one after the other in every call: built for the same keys, so the op can
-# check one of them.
+# The two kernels run one after the other in every call: built for the same (dtype, BLOCK_M), so
+# the op can check the first; the second has BLOCK_N values of its own (_decode_out_blocks).
 _DECODE_KEYS = {"dtype": _DTYPES, "BLOCK_M": (16, 64)}
 
 
@@ -62,18 +62,31 @@ def _decode_partial_constexprs(key: dict) -> dict:
     return {"BLOCK_M": key["BLOCK_M"], "BLOCK_K": 64 if small else 32, "BLOCK_R": 32}
 
 
+def _decode_out_blocks(key: dict) -> tuple:
+    """The BLOCK_N values built for a (dtype, BLOCK_M): csrc/ops/low_rank.cpp (decode_out_block)
+    takes the smallest whose grid fits in one wave of programs, else the largest. Each program
+    reads all of h's [M, R] slice and one [BLOCK_N, R] tile of U, so fewer, wider programs read h
+    less often, and more, narrower ones spread U over more SMs. H200, bf16, graph of 32 layers,
+    BLOCK_M 64 (M32 / M64), BLOCK_N 32 / 64 / 128: out 4096 (128 / 64 / 32 programs), r256 7.2 / 8.8
+    / 9.7 and 7.8 / 8.8 / 9.9 us, r512 10.8 / 11.4 / 14.7 and 11.6 / 12.7 / 14.5 us; out 11008 (344 /
+    172 / 86 programs), r256 13.1 / 11.3 / 10.4 and 14.0 / 12.2 / 10.5 us. At BLOCK_M 16, 32 rather
+    than 64 lost at out 4096 (M16 r256 5.6 -> 6.2 us): 64 only. fp32 (the accuracy path): 32."""
+    if not _wide(key):
+        return (32,)
+    return (64,) if key["BLOCK_M"] == 16 else (32, 64, 128)
+
+
 def _decode_out_constexprs(key: dict) -> dict:
     # BLOCK_R: the U columns a program loads before it waits for the partials. All of R <= 256, so
     # that the whole read of U overlaps the first kernel; at M = 64 with 8 warps (_decode_out_warps),
-    # for the registers of the [64, 256] fp32 sum of partials. BLOCK_N 64 rather than 32 at M = 64:
-    # every program reads all the partials, so twice the programs would read twice the bytes from L2.
+    # for the registers of the [64, 256] fp32 sum of partials.
     # KS_UNROLL: partial slices loaded before they are summed (a loop that loads one and adds it
     # waits out L2's latency once per slice). 4 at M = 16: graph of 32 layers, M16 6.4 -> 6.0 us
-    # (BLOCK_R 32 partials); 8 with 8 warps: 5.9 us; at M = 64 the [64, 256] fp32 slices in flight
-    # cost more registers than they save (10.6 -> 11.2 us).
+    # (BLOCK_R 32 partials); 8 with 8 warps: 5.9 us; at M = 64 the reduce kernel leaves one slice.
     if _wide(key):
-        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 256, "BLOCK_N": 64, "KS_UNROLL": 4 if key["BLOCK_M"] == 16 else 1}
-    return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 64, "BLOCK_N": 32, "KS_UNROLL": 1}
+        return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 256, "BLOCK_N": key["BLOCK_N"],
+                "KS_UNROLL": 4 if key["BLOCK_M"] == 16 else 1}
+    return {"BLOCK_M": key["BLOCK_M"], "BLOCK_R": 64, "BLOCK_N": key["BLOCK_N"], "KS_UNROLL": 1}
 
 
 def _decode_out_warps(key: dict) -> int:
@@ -169,7 +182,8 @@ KERNELS = [
         name="low_rank_decode_out",
         function="low_rank_decode_out_kernel",
         params=_DECODE_OUT_PARAMS,
-        keys=_DECODE_KEYS,
+        keys={**_DECODE_KEYS, "BLOCK_N": (32, 64, 128)},
+        include=lambda key: key["BLOCK_N"] in _decode_out_blocks(key),
         constexprs=_decode_out_constexprs,
         num_warps=_decode_out_warps,
         num_stages=3,
