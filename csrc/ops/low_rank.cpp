@@ -334,7 +334,7 @@ struct KSplit {
 // layers (benchmarks/results/low_rank.md, fourteenth session's two sweeps): in = out = 4096, r128 /
 // r256 / r512 5.0 / 5.6 / 9.1 us against 5.4 / 5.6 / 10.4 under the previous rule (a share of the SMs
 // in proportion to w1's bytes); in 4096, out 11008, r256 7.4 against 8.8 us, r512 13.5 against 18.0;
-// in 11008, out 4096, r256 10.0 against 9.5 us, the one shape that lost.
+// in 11008, out 4096, r256 9.9 against 9.5 us, the one shape that lost.
 //
 // With the reduce kernel between the two (decode_reduced), the second kernel reads one summed slice
 // whatever the split, so the first kernel takes one program per SM: M64, parts 2 / 4 / 8 / 16 took
