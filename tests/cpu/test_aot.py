@@ -114,3 +114,32 @@ def test_failing_kernel_fails_naming_it(tmp_path):
                          params=(("ptr", "*fp32"),), constexprs=(), num_warps=1, num_stages=1, arch=90)
     with pytest.raises(RuntimeError, match="failed to compile bad_variant for sm_90"):
         compiler.compile_tasks([task], {"bad": "x"}, tmp_path, 1, ROOT, quiet=True)
+
+
+def _cached(tmp_path, task, shared):
+    """A cache entry for `task` whose block takes `shared` bytes (compile_tasks then compiles nothing)."""
+    key = compiler.cache_key(task, "src", compiler.triton_version())
+    (tmp_path / f"{key}.cubin").write_bytes(f"cubin {task.num_stages}".encode())
+    (tmp_path / f"{key}.json").write_text(
+        f'{{"function": "big", "shared": {shared}, "num_warps": 4, "scratch_args": 0}}')
+
+
+def test_shared_memory_over_the_limit_takes_fewer_stages_or_fails(tmp_path):
+    """A cubin whose block needs more shared memory than its architecture allows is built again with
+    one pipeline stage fewer until it fits (Triton compiles it; only a launch would fail), and the
+    build fails, naming the variant, where one stage does not fit. Fed through the cache."""
+    pytest.importorskip("triton")
+    task = {arch: compiler.Task(op="big", variant_name=f"big_{arch}", kernel_file="k.py", function="big",
+                                params=(("ptr", "*fp32"),), constexprs=(), num_warps=4, num_stages=3, arch=arch)
+            for arch in (80, 90)}
+    _cached(tmp_path, task[90], 232448)  # at sm_90's limit: kept
+    for stages, shared in ((3, 140000), (2, 101377), (1, 60000)):  # over sm_80's 99 KB until one stage
+        _cached(tmp_path, dataclasses.replace(task[80], num_stages=stages), shared)
+    tasks = [task[80], task[90]]
+    results = compiler.compile_tasks(tasks, {"big": "src"}, tmp_path, 1, ROOT, quiet=True)
+    assert [r.task for r in results] == tasks and [r.shared for r in results] == [60000, 232448]
+    assert results[0].cubin.read_bytes() == b"cubin 1"
+    _cached(tmp_path, dataclasses.replace(task[80], num_stages=1), 101377)
+    with pytest.raises(RuntimeError, match=r"big_80 for sm_80 needs 101377 bytes of shared memory per block with "
+                                           r"one pipeline stage, over the 101376"):
+        compiler.compile_tasks(tasks, {"big": "src"}, tmp_path, 1, ROOT, quiet=True)

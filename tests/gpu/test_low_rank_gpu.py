@@ -335,6 +335,24 @@ def test_double_on_cuda_takes_aten_and_triton_backend_refuses_it():
         torch.ops.neuralops.low_rank_fwd(x, U, V, b, backend="triton")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", [40, 64])
+@pytest.mark.parametrize("n", [4096, 8192, 11008])
+def test_decode_output_widths(n, m, dtype):
+    """The decode output kernel at each BLOCK_N built for BLOCK_M 64 (on 132 SMs out 4096, 8192 and
+    11008 take 32, 64 and 128: csrc/ops/low_rank.cpp decode_out_block), after the reduce kernel, with
+    and without h stored. The interpreter runs every width, but only a launch on the GPU shows a
+    variant's shared memory over its limit."""
+    x, U, V, b = make((m,), 1024, 256, n, dtype)
+    what = describe(x, U, V, b, "triton")
+    y = low_rank.fwd(x, U, V, b, backend="triton")
+    assert rel_error(y, exact(x, U, V, b)) <= TOL[dtype], what
+    poison_allocator()
+    y2, h = torch.ops.neuralops.low_rank_fwd_hidden(x, U, V, b, backend="triton")
+    assert torch.equal(y2, y), what
+    assert rel_error(h, x.double() @ V.double().T) <= TOL[dtype], what
+
+
 @pytest.mark.parametrize("m,n,r", [(16, 4096, 256), (64, 11008, 1024), (16, 11008, 512)])
 def test_issue_decode_shapes_fwd_bwd(m, n, r):
     x, U, V, b = make((m,), 4096, r, n, torch.bfloat16)

@@ -8,6 +8,7 @@ version. An unchanged kernel is never compiled twice; the cache check itself imp
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -52,6 +53,12 @@ class Compiled:
     num_warps: int
     scratch_args: int
     cached: bool
+
+
+def shared_limit(arch: int) -> int:
+    """The most shared memory one block of a cubin built for `arch` may take: 227 KB on sm_90 and
+    sm_10x, else 99 KB, the opt-in limit of sm_86, sm_89 and sm_120 (an sm_80 cubin runs on 8.x)."""
+    return 232448 if arch // 10 in (9, 10) else 101376
 
 
 def triton_version() -> str:
@@ -206,7 +213,34 @@ class Progress:
 
 def compile_tasks(tasks: list[Task], sources: dict[str, str], cache_dir: Path, jobs: int,
                   repo_root: Path, quiet: bool = False) -> list[Compiled]:
-    """Compile every task not already in the cache; raise naming the first kernel that fails."""
+    """Compile every task not already in the cache; raise naming the first kernel that fails.
+
+    A task's num_stages is a ceiling: a cubin whose block needs more shared memory than its
+    architecture allows (shared_limit) is compiled again with one stage fewer, until it fits.
+    Triton compiles such a kernel without complaint and only its launch fails, on the GPUs of that
+    architecture alone (the sm_80 cubins also run on sm_86 and sm_89, which allow 99 KB: the
+    linear-attention dv kernel took 104-130 KB there with the stages tuned on the H200). A kernel
+    that does not fit with one stage fails the build."""
+    compiled = dict(zip(tasks, _compile_all(tasks, sources, cache_dir, jobs, repo_root, quiet)))
+    stages = {t: t.num_stages for t in tasks}
+    over = [t for t in tasks if compiled[t].shared > shared_limit(t.arch)]
+    while over:
+        for task in over:
+            if stages[task] <= 1:
+                raise RuntimeError(
+                    f"neuralops: {task.describe()} needs {compiled[task].shared} bytes of shared memory per "
+                    f"block with one pipeline stage, over the {shared_limit(task.arch)} that sm_{task.arch} GPUs "
+                    f"allow ({task.function} in {task.kernel_file}): shrink its tiles in the spec")
+            stages[task] -= 1
+        fewer = [dataclasses.replace(t, num_stages=stages[t]) for t in over]
+        for task, result in zip(over, _compile_all(fewer, sources, cache_dir, jobs, repo_root, quiet)):
+            compiled[task] = dataclasses.replace(result, task=task)  # the declared variant, built so
+        over = [t for t in over if compiled[t].shared > shared_limit(t.arch)]
+    return [compiled[t] for t in tasks]
+
+
+def _compile_all(tasks: list[Task], sources: dict[str, str], cache_dir: Path, jobs: int,
+                 repo_root: Path, quiet: bool) -> list[Compiled]:
     cache_dir.mkdir(parents=True, exist_ok=True)
     triton = triton_version()
     progress = Progress(len(tasks), quiet)

@@ -15,7 +15,9 @@ bidirectional forward BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins
 (benchmarks/cubin_stats.py: 8 warps at 128 features), dq's and dk's at 128 from a sweep of AOT
 builds (benchmarks/aot_with_tile.py, see VALUE_TILES); the others keep the running state at most
 32 KB of registers per program and shared memory under 99 KB (the opt-in limit of sm_86, sm_89 and
-sm_120, which also run the sm_80 cubins).
+sm_120, which also run the sm_80 cubins). The build enforces that limit (triton_src/aot/compiler.py
+compile_tasks): the causal dv kernel at (bf16, 128) and (fp16, 256), which needs 104-130 KB with its
+two stages, is built with one for sm_80 and sm_120.
 
 Pointers to q, k, v and the gradients, their batch, head and row strides, and D and Dv carry
 16-divisibility hints in every variant: csrc/ops/linear_attn.cpp guarantees them, so there is no
