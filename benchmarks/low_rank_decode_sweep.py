@@ -6,10 +6,14 @@ forward and the backward's dx chain) against ``backend="cublas"`` (the ATen GEMM
     serving loop's view; timing.add_graphed_layers), calls back to back;
   - fwd, eager: the harness's timer (GPU time, the host's queueing covered);
   - fwd+bwd, CUDA graph: one training step's gradients, replayed from a graph.
-Prints one markdown table, times in us.
+Prints one markdown table, times in us. With --layers, the graph of layers alone at the shapes
+issue 4 tracks (M 16, 32, 64), to two decimals: a quick A/B of two builds in one device call
+(install one, run it, install the other, run it again; results/low_rank.md).
 
-    python benchmarks/low_rank_decode_sweep.py      # on a GPU, with neuralops installed
+    python benchmarks/low_rank_decode_sweep.py [--layers]     # on a GPU, with neuralops installed
 """
+
+import sys
 
 import torch
 
@@ -20,9 +24,10 @@ SHAPES = [(4096, 128, 4096), (4096, 256, 4096), (4096, 512, 4096), (4096, 1024, 
           (4096, 256, 11008), (4096, 512, 11008), (4096, 1024, 11008), (11008, 256, 4096)]
 ROWS = (1, 16, 32, 64)
 BACKENDS = ("triton", "cublas")
+LAYERS_SHAPES, LAYERS_ROWS = [(4096, 256, 4096), (4096, 512, 4096), (4096, 256, 11008)], (16, 32, 64)
 
 
-def times(timer: Timer, m: int, k: int, r: int, n: int) -> dict[str, float]:
+def times(timer: Timer, m: int, k: int, r: int, n: int, layers_only: bool = False) -> dict[str, float]:
     dt = torch.bfloat16
     x = torch.randn(m, k, device="cuda", dtype=dt)
     V = torch.randn(r, k, device="cuda", dtype=dt) / k**0.5
@@ -34,6 +39,8 @@ def times(timer: Timer, m: int, k: int, r: int, n: int) -> dict[str, float]:
     for be in BACKENDS:
         add_graphed_layers(impls, f"layers {be}", lambda U, V, b, be=be: low_rank.fwd(x, U, V, b, backend=be),
                            (U, V, b))
+        if layers_only:
+            continue
         impls[f"eager {be}"] = lambda be=be: low_rank.fwd(x, U, V, b, backend=be)
         add_graphed(impls, f"fwd+bwd {be}", lambda be=be: torch.autograd.grad(
             low_rank.fwd(xg, Ug, Vg, bg, backend=be), (xg, Ug, Vg, bg), g))
@@ -44,17 +51,22 @@ def times(timer: Timer, m: int, k: int, r: int, n: int) -> dict[str, float]:
 
 
 def main() -> None:
+    layers_only = "--layers" in sys.argv
     torch.manual_seed(0)
-    timer = Timer(warmup=3, reps=30)
-    cols = ["layers triton", "layers cublas", "eager triton", "eager cublas", "fwd+bwd triton", "fwd+bwd cublas"]
+    timer = Timer(warmup=3, reps=40 if layers_only else 30)
+    cols = ["layers triton", "layers cublas"]
+    if not layers_only:
+        cols += ["eager triton", "eager cublas", "fwd+bwd triton", "fwd+bwd cublas"]
+    digits = 2 if layers_only else 1
     print("| in | rank | out | M | weights MB | " + " | ".join(cols) + " |")
     print("| ---: | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in cols) + " |")
-    for k, r, n in SHAPES:
-        for m in ROWS:
-            t = times(timer, m, k, r, n)
+    for k, r, n in LAYERS_SHAPES if layers_only else SHAPES:
+        for m in LAYERS_ROWS if layers_only else ROWS:
+            t = times(timer, m, k, r, n, layers_only)
             mb = 2 * r * (k + n) / 1e6
-            print(f"| {k} | {r} | {n} | {m} | {mb:.1f} | " + " | ".join(f"{t[c]:.1f}" for c in cols) + " |",
-                  flush=True)
+            # A case whose graph capture failed (add_graphed says why) has no time.
+            cells = (f"{t[c]:.{digits}f}" if c in t else "-" for c in cols)
+            print(f"| {k} | {r} | {n} | {m} | {mb:.1f} | " + " | ".join(cells) + " |", flush=True)
             torch.cuda.empty_cache()
 
 
