@@ -176,7 +176,15 @@ KERNELS = [
         keys=_DECODE_KEYS,
         constexprs=_decode_partial_constexprs,
         num_warps=4,
-        num_stages=3,
+        # 5 stages: a program walks a few BLOCK_K tiles of K (csrc/ops/low_rank.cpp decode_k_split:
+        # 4 at in 4096, r256), about one program per SM, and after its wait the loop is bound by L2
+        # round trips, not bandwidth; with 5 stages the first 4 tiles' loads are in flight before
+        # the first dot. H200, bf16, graph of 32 layers, against 3 stages in the same run, M16 / M32
+        # / M64 (us): r512 4096 x 4096 9.12 / 10.79 / 11.62 -> 8.86 / 10.58 / 11.56; in 4096, out
+        # 11008, r256 7.39 / 10.34 / 10.47 -> 6.98 / 9.72 / 10.24; r256 4096 x 4096 unchanged
+        # (5.55 / 7.27 / 7.70). 6 stages lost at M32-64 (r256 M64 8.69), 8 warps everywhere (M16
+        # 6.23). The build drops stages where the tiles would pass 99 KB (sm_80, sm_120).
+        num_stages=5,
     ),
     KernelSpec(
         name="low_rank_decode_out",
