@@ -11,6 +11,7 @@ import sys
 import torch
 
 import neuralops  # noqa: F401 (registers the ops)
+from neuralops.bench.timing import kernel_spans
 
 
 def main() -> None:
@@ -22,16 +23,10 @@ def main() -> None:
     for _ in range(5):
         op(*args)
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(3):
-            op(*args)
-        torch.cuda.synchronize()
-    events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
-                    key=lambda e: e.time_range.start)
-    t0 = events[0].time_range.start
-    for e in events:
-        print(f"{e.name[:32]:32s} start {e.time_range.start - t0:7.1f} us  end {e.time_range.end - t0:7.1f} us  "
-              f"({e.time_range.end - e.time_range.start:.1f} us)")
+    spans = kernel_spans(lambda: [op(*args) for _ in range(3)])
+    t0 = spans[0][1]
+    for name, start, end in spans:
+        print(f"{name[:32]:32s} start {start - t0:7.1f} us  end {end - t0:7.1f} us  ({end - start:.1f} us)")
 
 
 if __name__ == "__main__":

@@ -113,10 +113,28 @@ def add_graphed_layers(impls: dict[str, Callable[[], Any]], label: str, fn: Call
     layers do one after the other. In a graph of one call the replay's fixed cost (about 3 us on the
     H200) adds to a call of a few us and hides differences between kernels; here L calls share it.
     """
+    copies = layer_copies(weights)
+    add_graphed(impls, f"{label}, graph of {len(copies)} layers", lambda: [fn(*w) for w in copies],
+                calls=len(copies))
+
+
+def layer_copies(weights: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Copies of ``weights``, at least two and enough to add up to over twice the L2: a graph that
+    calls an op once per copy reads each call's weights from DRAM, as a model's layers do."""
     per_layer = sum(t.numel() * t.element_size() for t in weights)
     layers = max(2, -(-_LAYERS_MIN_BYTES // per_layer))
-    copies = [[t.clone() for t in weights] for _ in range(layers)]
-    add_graphed(impls, f"{label}, graph of {layers} layers", lambda: [fn(*w) for w in copies], calls=layers)
+    return [[t.clone() for t in weights] for _ in range(layers)]
+
+
+def kernel_spans(fn: Callable[[], Any]) -> list[tuple[str, float, float]]:
+    """(name, start, end) of each CUDA activity (kernels, copies) that ``fn`` runs, in us on the
+    GPU's clock, in the order they start: a torch profiler trace of one call, for timeline tools."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    spans = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+             if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sorted(spans, key=lambda span: span[1])
 
 
 def copy_bandwidth(timer: Timer, nbytes: int = 2 * 1024**3) -> float:
