@@ -49,8 +49,10 @@ from triton_src.common.l2_prefetch import prefetch_rows_l2
 from triton_src.low_rank.kernels import _dot, nt_tile
 
 EPOCH = tl.constexpr(1 << 20)  # what one call adds to every counter
-COLUMNS = ("triton", "cublas", "one False", "one True")  # the labels table() times, in its columns' order
+FORMS = {"last-arriver": False, "atomic": True}  # label -> ATOMIC
+COLUMNS = ("triton", "cublas", *FORMS)  # the labels table() times, in its columns' order
 STEPS = ("start", "waited", "partial stored", "counted", "grid flag seen", "end")
+_STEP_COUNT = tl.constexpr(len(STEPS))  # one stamp per step and program
 
 
 @triton.jit
@@ -67,7 +69,7 @@ def _stamp(ts_ptr, pid, step, TS: tl.constexpr):
         z = tl.zeros([1], tl.int32)
         now = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [z], dtype=tl.int64, is_pure=False,
                                         pack=1)
-        tl.store(ts_ptr + pid * 8 + step + z, now)
+        tl.store(ts_ptr + pid * _STEP_COUNT + step + z, now)
 
 
 @triton.jit
@@ -178,7 +180,7 @@ class OneKernel:
         self.work = torch.zeros(2, m, r, **f32) if atomic else torch.empty(ksplit, m, r, **f32)
         self.h = torch.empty(m, r, device="cuda", dtype=torch.bfloat16)
         self.sem = torch.zeros(1 + self.grid[0], device="cuda", dtype=torch.int64)
-        self.ts = torch.zeros(programs, 8, device="cuda", dtype=torch.int64)
+        self.ts = torch.zeros(programs, len(STEPS), device="cuda", dtype=torch.int64)
 
     def __call__(self, x: torch.Tensor, U: torch.Tensor, V: torch.Tensor, b: torch.Tensor, y: torch.Tensor) -> None:
         one_kernel[self.grid](x, V, U, b, y, self.work, self.h, self.sem, self.ts, self.m, self.k, self.r, self.n,
@@ -215,11 +217,11 @@ def table(shapes: list) -> None:
         impls, errors = {}, []
         for be in ("triton", "cublas"):
             add_graphed_layers(impls, be, lambda U, V, b, be=be: low_rank.fwd(x, U, V, b, backend=be), (U, V, b))
-        for atomic in (False, True):
+        for form, atomic in FORMS.items():
             kernel = OneKernel(m, k, r, n, atomic)
             errors.append(check(kernel, x, U, V, b))
             y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-            add_graphed_layers(impls, f"one {atomic}", lambda U, V, b, kernel=kernel, y=y: kernel(x, U, V, b, y),
+            add_graphed_layers(impls, form, lambda U, V, b, kernel=kernel, y=y: kernel(x, U, V, b, y),
                                (U, V, b))
         # A form whose graph capture failed (add_graphed says why) has no time.
         times = {name.split(", graph")[0]: fn for name, fn in impls.items()}
@@ -231,16 +233,16 @@ def table(shapes: list) -> None:
 def timeline(m: int, k: int, r: int, n: int) -> None:
     x, U, V, b = inputs(m, k, r, n)
     copies = layer_copies((U, V, b))
-    for atomic in (False, True):
+    for form, atomic in FORMS.items():
         kernel = OneKernel(m, k, r, n, atomic, stamps=True)
         y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         replay = graphed(lambda: [kernel(x, U_, V_, b_, y) for U_, V_, b_ in copies])
         for _ in range(5):
             replay()
         torch.cuda.synchronize()
-        t = kernel.ts[:, :len(STEPS)].double()
+        t = kernel.ts.double()
         t = (t - t[:, 0].min()) / 1e3
-        print(f"M{m} in {k} rank {r} out {n}, {'atomic' if atomic else 'last-arriver'}, last of {len(copies)} layers "
+        print(f"M{m} in {k} rank {r} out {n}, {form}, last of {len(copies)} layers "
               "(us; min / median / max over programs):")
         for i, step in enumerate(STEPS):
             print(f"  {step:15s} {t[:, i].min():6.2f} {t[:, i].median():6.2f} {t[:, i].max():6.2f}")
