@@ -466,7 +466,9 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   const int64_t c_value = c_dq.C;
   p.fold_fwd = p.bk <= kFoldMaxBlock && c_fwd.BT <= kFoldMaxBlock;
   p.fold_bwd = p.fold_fwd && c_dq.BF <= kFoldMaxBlock && bkv <= kFoldMaxBlock;
-  const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value});
+  const aot::LaFwdWgmmaKey wgmma_key{p.dtype, p.bk, causal, p.feat};
+  const int64_t c_wgmma = aot::la_fwd_wgmma_built(wgmma_key) ? aot::la_fwd_wgmma_constexprs(wgmma_key).C : 1;
+  const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value, c_wgmma});
   const int64_t nc = ceil_div(sh.n, quantum);  // N >= 1: the callers return early on empty inputs
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
   const int64_t g =
@@ -680,14 +682,23 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
   // the final state and writes it.
   const bool final_from_walk = causal && (p.g == 1 || seg.has == 2);
   Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
-  aot::la_fwd({p.dtype, p.bk, causal, p.feat}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"),
-              p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(),
-              p.w.s(), seg.s, seg.z, sf ? sf->mutable_data_ptr() : nullptr,
-              zf ? zf->mutable_data_ptr() : nullptr, nullptr, nullptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp,
-              sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, return_state && final_from_walk, 0,
-              static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
-              st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(out, 0), st(out, 1), st(out, 2),
-              p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+  // Both forward kernels take the same arguments and grid; la_fwd_wgmma where it is built for this
+  // device (spec.py WGMMA_FWD_TILES: the causal bf16 walk with one feature part, sm_90).
+  const auto forward = [&](auto launch, const auto& key) {
+    launch(key, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"), p.q.const_data_ptr(), p.k.const_data_ptr(),
+           p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
+           sf ? sf->mutable_data_ptr() : nullptr, zf ? zf->mutable_data_ptr() : nullptr, nullptr, nullptr, sh.h,
+           sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has,
+           return_state && final_from_walk, 0, static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0),
+           st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
+           st(out, 0), st(out, 1), st(out, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+  };
+  const aot::LaFwdWgmmaKey wgmma_key{p.dtype, p.bk, causal, p.feat};
+  if (aot::la_fwd_wgmma_runs_on(wgmma_key, q.get_device())) {
+    forward(aot::la_fwd_wgmma, wgmma_key);
+  } else {
+    forward(aot::la_fwd, aot::LaFwdKey{p.dtype, p.bk, causal, p.feat});
+  }
   if (saved && buffer.defined()) {
     // What no kernel wrote, and none reads, is zeroed so the output is defined everywhere (opcheck
     // compares it across runs): each state's padding and, folded, the last causal segment's sum.

@@ -70,15 +70,20 @@ std::string arch_list(const KernelVariant& v) {
   return s.empty() ? "no architecture" : s;
 }
 
-LoadedFunction load(const KernelVariant& v, int device) {
-  const CudaDriver& d = driver();
-  const DeviceInfo& info = device_info(device);
+// The architecture of v's cubin that runs on a device of capability `cc`, or -1.
+int variant_arch(const KernelVariant& v, int cc) {
   int archs[16];
   int n = 0;
   for (int i = 0; i < v.num_images && n < 16; ++i) {
     archs[n++] = v.images[i].arch;
   }
-  int arch = select_arch(archs, n, info.capability);
+  return select_arch(archs, n, cc);
+}
+
+LoadedFunction load(const KernelVariant& v, int device) {
+  const CudaDriver& d = driver();
+  const DeviceInfo& info = device_info(device);
+  int arch = variant_arch(v, info.capability);
   TORCH_CHECK(arch >= 0, "neuralops: kernel ", v.name, " has no cubin for cuda:", device,
               " (compute capability ", info.capability / 10, ".", info.capability % 10,
               "); this build has ", arch_list(v),
@@ -149,6 +154,11 @@ int select_arch(const int* archs, int num_archs, int cc) {
     }
   }
   return best;
+}
+
+bool runs_on(const KernelVariant& v, int device) {
+  check_device_index(device);
+  return variant_arch(v, device_info(device).capability) >= 0;
 }
 
 int device_capability(int device) {

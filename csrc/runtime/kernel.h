@@ -66,6 +66,9 @@ struct LaunchConfig {
 // sm_100a, ...) and run only on that exact capability; sm_8x cubins run on any later 8.x GPU.
 int select_arch(const int* archs, int num_archs, int cc);
 
+// Whether `variant` has a cubin that runs on CUDA device `device`. Loads the driver; throws on failure.
+bool runs_on(const KernelVariant& variant, int device);
+
 // Compute capability (major * 10 + minor) of a CUDA device. Loads the driver; throws on failure.
 int device_capability(int device);
 

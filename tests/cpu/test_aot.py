@@ -46,6 +46,23 @@ def test_max_stages_caps_the_pipeline_per_architecture():
     assert (tasks[90].num_stages, tasks[100].num_stages) == (3, 1)
 
 
+def test_kernel_source_file_and_architectures():
+    """A kernel in its own file (Gluon) compiles from it, and one written for some architectures is
+    built for those alone: the dispatcher has no entry for it elsewhere (an empty table, which must
+    still compile) and says so through <name>_runs_on."""
+    spec = toy_spec(source="toy_gluon.py", archs=(90,))
+    v = spec.variants()[0]
+    assert compiler.make_task("toy", ROOT / "triton_src" / "gqa", v, 90).kernel_file.endswith("gqa/toy_gluon.py")
+    assert compiler.make_task("toy", ROOT / "triton_src" / "gqa", toy_spec().variants()[0], 90).kernel_file.endswith(
+        "gqa/kernels.py")
+    assert [spec.builds_for(a) for a in (80, 90, 100)] == [False, True, False]
+    assert all(toy_spec().builds_for(a) for a in (80, 90, 100))
+    assert "bool toy_copy_runs_on(const ToyCopyKey& key, int device);" in codegen._header("toy", [spec])
+    source = codegen._source("toy", [spec], {})
+    assert "const std::array<ToyCopyEntry, 0> k_toy_copy = {{\n}};" in source
+    assert "return runtime::runs_on(e.variant, device);" in source
+
+
 def test_parse_archs():
     assert parse_archs("80;90") == [80, 90]
     assert parse_archs("sm_90a, 80") == [80, 90]

@@ -6,6 +6,7 @@ reliably (it shows only when the timing is unlucky), so the order is checked in 
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +31,23 @@ for variant in spec.variants():
 """
 
 
+_COMPILE_WGMMA = """
+import json
+from pathlib import Path
+from triton_src.aot import compiler
+from triton_src.linear_attn.spec import KERNELS
+spec = next(s for s in KERNELS if s.name == "la_fwd_wgmma")
+for variant in spec.variants():
+    task = compiler.make_task("linear_attn", Path("triton_src/linear_attn"), variant, 90)
+    compiled, _, _ = compiler.compile_task(task)
+    print(json.dumps([variant.name, compiled.asm["ptx"]]))
+"""
+
+
 def _instruction_lines(ptx: str) -> list[str]:
-    return [line.strip() for line in ptx.splitlines() if line.strip() and not line.strip().startswith("//")]
+    """PTX instructions, without comments and with guard predicates (``@%p1``, ``@!%p2``) removed."""
+    lines = [line.strip() for line in ptx.splitlines() if line.strip() and not line.strip().startswith("//")]
+    return [re.sub(r"^@!?%\w+\s+", "", line) for line in lines]
 
 
 def test_decode_partial_kernel_reads_nothing_before_its_wait():
@@ -48,3 +64,25 @@ def test_decode_partial_kernel_reads_nothing_before_its_wait():
     memory = [line for line in before if line.startswith(("ld.global", "st.global", "cp.async", "atom.", "red."))]
     assert not memory, f"global memory accessed before griddepcontrol.wait: {memory[:5]}"
     assert launch > wait, "launch_dependents precedes the wait: the second kernel's U loads could race"
+
+
+def test_wgmma_forward_waits_before_memory_and_releases_after_its_stores():
+    """The Gluon forward (no interpreter runs it on CPU) is chained by PDL like the Triton kernels:
+    in every variant's PTX, griddepcontrol.wait precedes every global access (its state is the
+    previous kernel's output) and launch_dependents follows every store."""
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", _COMPILE_WGMMA], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    outputs = [json.loads(line) for line in run.stdout.strip().splitlines()]
+    assert len(outputs) == 6
+    for name, ptx in outputs:
+        lines = _instruction_lines(ptx)
+        assert "wgmma.mma_async" in ptx, name
+        wait = next(i for i, line in enumerate(lines) if line.startswith("griddepcontrol.wait"))
+        launch = max(i for i, line in enumerate(lines) if line.startswith("griddepcontrol.launch_dependents"))
+        memory = [i for i, line in enumerate(lines) if line.startswith(("ld.global", "cp.async.ca", "cp.async.cg"))]
+        stores = [i for i, line in enumerate(lines) if line.startswith("st.global")]
+        assert memory and min(memory) > wait, f"{name}: global memory read before griddepcontrol.wait"
+        assert stores and max(stores) < launch, f"{name}: a store after launch_dependents"

@@ -350,3 +350,35 @@ def test_state_dtype_is_checked():
         torch.ops.neuralops.linear_attn_fwd(q, k, v, None, None, s0, z0, "elu+1", True, 1e-6, 1.0, False)
     out = la.fwd(q, k, v, True, initial_state=(s0, z0))  # the API converts
     assert out.shape == (1, 2, 8, 16) and math.isfinite(out.float().sum().item())
+
+
+def _cuda_kernels(fn) -> set[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_wgmma_walk_where_it_is_built(d):
+    """The causal bf16 forward with one feature part walks in la_fwd_wgmma_kernel on sm_90 (the only
+    architecture it is built for) and in la_fwd_kernel elsewhere; Cosformer and fp16 always take
+    la_fwd_kernel. Several segments with states folded or scanned, an initial state, the final
+    state, GQA, a row count off the chunk and a padded D against float64."""
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    n, dd = 2 * 4096 + 77, d - 16
+    q, k, v = make(1, 4, 2, n, dd, d, torch.bfloat16, phi="relu")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    s0 = torch.randn(1, 2, dd, d, device="cuda", generator=g)
+    z0 = torch.rand(1, 2, dd, device="cuda", generator=g) * 10
+    got = {}
+    names = _cuda_kernels(lambda: got.update(r=la.fwd(q, k, v, True, "relu", initial_state=(s0, z0), return_state=True,
+                                                       scale=0.7)))
+    assert ("la_fwd_wgmma_kernel" in names) == hopper and ("la_fwd_kernel" in names) != hopper, names
+    out, state = got["r"]
+    ref, ref_state, _ = reference(q, k, v, "relu", True, None, None, 0.7, s0=s0, z0=z0)
+    assert_close("out", out, ref, torch.bfloat16)
+    assert rel_error(state.S, ref_state.S) < 1e-3 and rel_error(state.z, ref_state.z) < 1e-3
+    cos, sin = weights(n)
+    assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin))
+    assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(q.half(), k.half(), v.half(), True))

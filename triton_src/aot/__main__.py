@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         sources[op] = compiler.source_hash(TRITON_SRC / op)
         variants = [v for spec in specs for v in spec.variants()]
         by_op[op] = variants
-        tasks += [compiler.make_task(op, TRITON_SRC / op, v, arch) for v in variants for arch in archs]
+        tasks += [compiler.make_task(op, TRITON_SRC / op, v, arch) for v in variants for arch in archs
+                  if v.spec.builds_for(arch)]
     print(f"[neuralops aot] {len(tasks)} kernels ({', '.join(f'{op}: {len(v)} variants' for op, v in by_op.items())}) "
           f"for {', '.join(f'sm_{a}' for a in archs)} with Triton {compiler.triton_version()}, "
           f"{args.jobs} jobs", flush=True)
@@ -119,12 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     for op, variants in by_op.items():
         built = {}
         for v in variants:
-            built[v] = [by_task[compiler.make_task(op, TRITON_SRC / op, v, arch)] for arch in archs]
+            images = [by_task[compiler.make_task(op, TRITON_SRC / op, v, arch)] for arch in archs
+                      if v.spec.builds_for(arch)]
+            if images:  # a variant with no architecture requested is left out of the dispatcher
+                built[v] = images
         codegen.generate(out, op, ops[op], built)
         info["ops"][op] = {
             "kernels": [spec.name for spec in ops[op]],
-            "variants": len(variants),
-            "cubins": len(variants) * len(archs),
+            "variants": len(built),
+            "cubins": sum(len(images) for images in built.values()),
             "cubin_bytes": sum(c.cubin.stat().st_size for cs in built.values() for c in cs),
         }
     codegen.generate_info(out, info)

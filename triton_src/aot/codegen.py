@@ -62,6 +62,8 @@ def _header(op: str, specs: list[KernelSpec]) -> str:
         out.append(f"\n// {spec.function}: keys {', '.join(kinds)}\n")
         out.append(f"struct {c}Key {{\n{fields}}};\n\nstruct {c}Constexprs {{\n{cfields}}};\n\n")
         out.append(f"// Whether a variant was built for `key`.\nbool {spec.name}_built(const {c}Key& key);\n\n")
+        out.append(f"// Whether the variant built for `key` has a cubin for CUDA device `device` (false when\n"
+                   f"// none was built).\nbool {spec.name}_runs_on(const {c}Key& key, int device);\n\n")
         out.append(f"// The constexprs of the variant built for `key`; throws when none was built.\n"
                    f"{c}Constexprs {spec.name}_constexprs(const {c}Key& key);\n\n")
         out.append(f"// Launches the variant built for `key`, its 16-byte-aligned form when the arguments\n"
@@ -77,7 +79,7 @@ def _symbol(variant: Variant, arch: int) -> str:
 
 def _source(op: str, specs: list[KernelSpec], built: dict[Variant, list[Compiled]]) -> str:
     out = [HEADER.format(op=op),
-           f'#include "{op}_kernels.h"\n\n#include <cstdint>\n#include <limits>\n#include <sstream>\n#include <string>\n\n'
+           f'#include "{op}_kernels.h"\n\n#include <array>\n#include <cstdint>\n#include <limits>\n#include <sstream>\n#include <string>\n\n'
            "#include <c10/util/Exception.h>\n\n"]
     out.append('extern "C" {\n')
     for variant, images in built.items():
@@ -102,13 +104,15 @@ def _source(op: str, specs: list[KernelSpec], built: dict[Variant, list[Compiled
             out.append(f"\nconst runtime::CubinImage k_{v.name}_images[] = {{\n{rows}}};\n"
                        f"runtime::FunctionCache k_{v.name}_cache;\n")
         out.append(f"\nstruct {c}Entry {{\n  {c}Key key;\n  bool aligned;\n  {c}Constexprs constexprs;\n"
-                   f"  runtime::KernelVariant variant;\n}};\n\nconst {c}Entry k_{spec.name}[] = {{\n")
+                   f"  runtime::KernelVariant variant;\n}};\n\n"
+                   # std::array: a kernel built for no requested architecture has no entries.
+                   f"const std::array<{c}Entry, {len(variants)}> k_{spec.name} = {{{{\n")
         for v in variants:
             key = ", ".join(_key_value(kinds[k], val) for k, val in v.key)
             cx = ", ".join(str(val) for val in v.constexprs().values())
             out.append(f'    {{{{{key}}}, {str(v.aligned).lower()}, {{{cx}}}, '
                        f'{{"{v.name}", k_{v.name}_images, {len(built[v])}, &k_{v.name}_cache}}}},\n')
-        out.append("};\n\n")
+        out.append("}};\n\n")
         same = " && ".join(f"a.{k} == b.{k}" for k in kinds)
         out.append(f"bool same_key(const {c}Key& a, const {c}Key& b) {{ return {same}; }}\n\n")
         parts = ' << ", " << '.join(
@@ -123,6 +127,9 @@ def _source(op: str, specs: list[KernelSpec], built: dict[Variant, list[Compiled
         out.append(f"\nbool {spec.name}_built(const {c}Key& key) {{\n"
                    f"  for (const auto& e : k_{spec.name}) {{\n    if (same_key(e.key, key)) {{\n"
                    f"      return true;\n    }}\n  }}\n  return false;\n}}\n")
+        out.append(f"\nbool {spec.name}_runs_on(const {c}Key& key, int device) {{\n"
+                   f"  for (const auto& e : k_{spec.name}) {{\n    if (same_key(e.key, key)) {{\n"
+                   f"      return runtime::runs_on(e.variant, device);\n    }}\n  }}\n  return false;\n}}\n")
         out.append(f"\n{c}Constexprs {spec.name}_constexprs(const {c}Key& key) {{\n"
                    f"  for (const auto& e : k_{spec.name}) {{\n    if (same_key(e.key, key)) {{\n"
                    f"      return e.constexprs;\n    }}\n  }}\n  {not_built}}}\n")

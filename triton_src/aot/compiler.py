@@ -85,7 +85,7 @@ def make_task(op: str, op_dir: Path, variant: Variant, arch: int) -> Task:
     return Task(
         op=op,
         variant_name=variant.name,
-        kernel_file=str(op_dir / "kernels.py"),
+        kernel_file=str(op_dir / variant.spec.source),
         function=variant.spec.function,
         params=tuple(variant.param_types()),
         constexprs=tuple(sorted(variant.constexprs().items())),

@@ -85,6 +85,11 @@ class KernelSpec:
     keys: dispatch keys and the values to build.
     constexprs: the kernel's constexpr arguments for one key.
     max_stages: per architecture, a ceiling on num_stages (a pipeline Triton cannot build there).
+    source: the file in the op's directory that defines ``function`` (a Gluon kernel has its own,
+        so that importing ``kernels.py`` never needs Gluon).
+    archs: the architectures the kernel can be built for (a Gluon kernel written for one
+        generation's instructions); empty: every requested one. The dispatcher's
+        ``<name>_runs_on(key, device)`` says whether a variant has a cubin for a device.
     """
 
     name: str
@@ -97,6 +102,11 @@ class KernelSpec:
     max_stages: Mapping[int, int] = field(default_factory=dict)
     aligned: tuple[str, ...] = ()
     include: Callable[[dict], bool] = field(default=lambda key: True)
+    source: str = "kernels.py"
+    archs: tuple[int, ...] = ()
+
+    def builds_for(self, arch: int) -> bool:
+        return not self.archs or arch in self.archs
 
     def __post_init__(self) -> None:
         names = [n for n, _ in self.params]

@@ -43,7 +43,8 @@ per-chunk state in memory). For a chunk with the state S, z before it:
 Segments run in parallel: ``la_state_kernel`` sums each segment's kf^T v, ``la_scan_kernel`` turns
 those sums into the state before each segment (or the total, for bidirectional mode), and
 ``la_fwd_kernel`` computes the outputs. When B * H alone fills the GPU, G = 1 and the causal
-forward is a single launch. A causal call of a few rows (a decode step: N = 1 after a state) takes
+forward is a single launch. On sm_90 the causal bf16 forward with one feature part walks in
+fwd_wgmma.la_fwd_wgmma_kernel instead (same arguments and results, written in Gluon). A causal call of a few rows (a decode step: N = 1 after a state) takes
 ``la_decode_kernel``, one launch whose programs each serve all query heads of a kv head. The kernels
 of one call run back to back, each after the first launched as a programmatic dependent of the one
 before (triton_src/common/grid_dependency.py): they wait for it first thing and let the next start

@@ -8,7 +8,9 @@ kernels with a causal and a bidirectional mode also take it as a key, the state 
 forward or backward mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything
 else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time argument:
 5 kernels * 2 modes * 4 feature maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan
-+ the 8 each of the fused dq and dk (STATS, WITH_DV: see FUSED_BLOCK) = 304 variants. The bf16
++ the 8 each of the fused dq and dk (STATS, WITH_DV: see FUSED_BLOCK) + the 6 of the Gluon causal
+forward (la_fwd_wgmma: bf16, blocks 64 and 128, three maps; sm_90 only, see WGMMA_FWD_TILES)
+= 310 variants. The bf16
 tiles of blocks 64 and 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64;
 at 128 features the state pass and the forward have their own, STATE_TILES and FWD_TILES, and the
 bidirectional forward BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins
@@ -51,6 +53,16 @@ FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3)}
 # H200 JIT sweep, B4 H16 N4096 D128 0.119 -> 0.100 ms, B1 H16 N65536 D128 0.401 -> 0.328 ms (with
 # segment_count's two programs per SM; results/linear_attn.md, tenth session).
 BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3)}
+
+
+# The causal forward walk in Gluon (fwd_wgmma.py, sm_90 only) where it is built: bf16, one feature
+# part. (C, BT, warps, cp.async stages): 64-row chunks, whose every product is a wgmma, and the Dv
+# tile of la_fwd_kernel's at the same block, since the plan (csrc/ops/linear_attn.cpp) sizes the
+# grid by that kernel's tile. H200 sweep of the reduced walk (benchmarks/linear_attn_wgmma_sweep.py,
+# eighteenth session): 4 warps at 64 features (8: 68.8 against 52.3 us at B4 H16 N4096), 8 at 128
+# (4 spill 448 bytes: 972.8 against 531.7 us at B1 H16 N65536); 3 stages within -4% to +1% of 2.
+WGMMA_FWD_TILES = {("bf16", 64): (64, 64, 4, 2), ("bf16", 128): (64, 128, 8, 2)}
+WGMMA_ARCHS = (90,)
 
 
 def fwd_tiles(causal: int) -> dict:
@@ -234,8 +246,28 @@ def _spec(name: str) -> KernelSpec:
                       include=lambda key: key[block] in BLOCKS[key["dtype"]] and extra_built(key))
 
 
+def _wgmma_fwd_spec() -> KernelSpec:
+    for (dtype, block), tile in WGMMA_FWD_TILES.items():
+        if tile[1] != FWD_TILES[dtype, block][1]:
+            raise ValueError(f"WGMMA_FWD_TILES{dtype, block}: Dv tile {tile[1]} must be la_fwd's {FWD_TILES[dtype, block][1]}")
+
+    def constexprs(key: dict) -> dict:
+        c, t, _, stages = WGMMA_FWD_TILES[key["dtype"], key["BK"]]
+        return {"C": c, "BK": key["BK"], "BT": t, "PREC": PRECISION[key["dtype"]], "CAUSAL": key["CAUSAL"],
+                "FEAT": key["FEAT"], "STAGES": stages}
+
+    return KernelSpec(name="la_fwd_wgmma", function="la_fwd_wgmma_kernel", source="fwd_wgmma.py",
+                      params=_fwd_params("*{dtype}:16"),
+                      keys={"dtype": ("bf16",), "BK": tuple(sorted({b for _, b in WGMMA_FWD_TILES})), "CAUSAL": (1,),
+                            "FEAT": tuple(f for f in FEATURES if f > 0)},
+                      constexprs=constexprs, num_warps=lambda key: WGMMA_FWD_TILES[key["dtype"], key["BK"]][2],
+                      num_stages=1, include=lambda key: (key["dtype"], key["BK"]) in WGMMA_FWD_TILES,
+                      archs=WGMMA_ARCHS)
+
+
 KERNELS = [
     *(_spec(name) for name in _KERNELS),
+    _wgmma_fwd_spec(),
     KernelSpec(name="la_decode", function="la_decode_kernel", params=_decode_params("*{dtype}:16"),
                keys={"dtype": tuple(BLOCKS), "BK": (64, 128, 256)},
                constexprs=lambda key: {"BK": key["BK"], "BT": DECODE_BT[key["BK"]]},

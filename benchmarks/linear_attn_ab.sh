@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Two builds of neuralops side by side in one GPU lease: the working tree (installed as usual) and
+# another tree (OLD, e.g. `git archive <commit> | tar -x -C <dir>`, installed with --target into
+# /tmp/old_site), then the GPU tests on the new build, the per-kernel timeline of the new build's
+# causal forwards, and the linear-attention calls of both builds in alternation, two rounds
+# (results/linear_attn.md, eighteenth session). AOT output may be carried for either tree.
+# Usage (on the GPU machine, from the repository root):
+#   OLD=<dir> [NEW_AOT=<dir>] [OLD_AOT=<dir>] OUT=/tmp/out bash benchmarks/linear_attn_ab.sh
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-/tmp/neuralops-ab}"
+OLD="$(cd "${OLD:?OLD must name the other tree}" && pwd)"
+mkdir -p "$OUT"
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1 NEURALOPS_CUDA_ARCHS="${NEURALOPS_CUDA_ARCHS:-90}"
+cd "$ROOT"
+( NEURALOPS_BUILD_DIR=/tmp/bld_new NEURALOPS_AOT_PREBUILT="${NEW_AOT:-}" timeout 250 \
+    python3 -m pip install --no-build-isolation --no-deps . > "$OUT/build_new.log" 2>&1 || echo "NEW BUILD FAILED" ) &
+( cd "$OLD" && NEURALOPS_BUILD_DIR=/tmp/bld_old NEURALOPS_AOT_PREBUILT="${OLD_AOT:-}" timeout 250 \
+    python3 -m pip install --no-build-isolation --no-deps --target /tmp/old_site . > "$OUT/build_old.log" 2>&1 \
+    || echo "OLD BUILD FAILED" ) &
+wait
+echo "== GPU tests (new build)"
+timeout 300 python3 -m pytest tests/gpu -q -rfEs -p no:cacheprovider > "$OUT/tests-gpu.log" 2>&1
+tail -3 "$OUT/tests-gpu.log"
+grep -E "^(FAILED|ERROR)" "$OUT/tests-gpu.log" | head -20
+cd /tmp  # the installed packages, not the checkout
+echo "== kernels of causal forwards (new build)"
+for shape in "4 16 4096 64" "1 16 65536 128" "4 16 2048 128"; do
+  echo "-- B H N D = $shape"
+  timeout 60 python3 "$ROOT/benchmarks/linear_attn_timeline.py" $shape 2>&1 | grep -v -i warn | tail -4
+done
+for round in 1 2; do
+  echo "== calls, old build (round $round)"
+  PYTHONPATH=/tmp/old_site timeout 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" 2>&1 | tee "$OUT/calls_old_$round.txt"
+  echo "== calls, new build (round $round)"
+  timeout 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" 2>&1 | tee "$OUT/calls_new_$round.txt"
+done

@@ -1,0 +1,225 @@
+"""The causal forward walk of kernels.la_fwd_kernel in Gluon, for Hopper (sm_90a only): same
+arguments, grid and results, for bf16 tensors with one feature part (FEAT > 0) and the plain
+forward (stats = 0). csrc/ops/linear_attn.cpp takes it where it is built for the device and keeps
+la_fwd_kernel for everything else (other dtypes, Cosformer, bidirectional, the backward's stats pass).
+
+Why a second form of the same walk: Triton's tl.dot waits for each wgmma before the next
+instruction, and at 128 features the Triton walk takes 32-row chunks (wider ones spill) whose
+intra-chunk dots are too narrow for wgmma (M < 64) and run as mma.sync. Here every product is a
+wgmma on 64-row chunks: the chunk's qf S, qf kf^T and the state update kf^T v are issued together,
+the first two waited for before A v is issued, and the rest at the chunk's end. H200, bf16, causal,
+elu+1 (benchmarks/results/linear_attn.md, eighteenth session), the walk alone against
+la_fwd_kernel's: B1 H16 N65536 D128 772 -> 550 us, B4 H16 N2048 D128 107 -> 76 us, B4 H16 N4096
+D64 55.3 -> 51.5-55.1 us; whole forward calls 0.952 -> 0.723, 0.144 -> 0.116 and 0.0844 -> 0.0830 ms.
+
+Per chunk of C rows (the state S, z before it; S's bf16 copy in shared memory for qf S):
+    o = qf S,  A = qf kf^T,  S += kf^T v          (issued together)
+    den = qf . z + rowsum(tril(A)) + eps,  z += colsum(kf)
+    o += tril(A) v                                (A from registers)
+    out = o / den   (or o, unnormalized; scale applied per row)
+q, k and v reach shared memory through cp.async, STAGES - 1 chunks ahead; rows past N and padded
+feature columns load as zeros (see the loop for what elu+1, whose phi(0) is 1, does about them).
+The naive reference is kernels.attention_reference, as for la_fwd_kernel; the GPU tests run this
+kernel wherever they run la_fwd_kernel's causal bf16 cases on an sm_90 device.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+
+@gluon.jit
+def _wait_for_primary():
+    """grid_dependency.wait_for_primary for Gluon (this kernel is built for sm_90 only)."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _launch_dependents():
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
+def _phi(x, FEAT: gl.constexpr):
+    """kernels._phi with the map compiled in: identity (FEAT 1), elu+1 (2), relu (3)."""
+    if FEAT == 1:
+        y = x
+    elif FEAT == 2:
+        y = gl.where(x > 0, x + 1.0, gl.exp2(x * 1.4426950408889634))
+    else:
+        y = gl.maximum(x, 0.0)
+    return y
+
+
+@gluon.jit
+def _issue_chunk(q_s, k_s, v_s, qb, kb, vb, rows, cd, cv, N, D, DV, sq_n, sk_n, sv_n, slot, on):
+    """cp.async of one chunk's q and k [C, BK] and v [C, BT] tiles into ring slot `slot`."""
+    r_ok = ((rows < N) & on)[:, None]
+    r64 = rows[:, None].to(gl.int64)
+    cp.async_load(q_s.index(slot), qb + r64 * sq_n + cd[None, :], mask=r_ok & (cd < D)[None, :])
+    cp.async_load(k_s.index(slot), kb + r64 * sk_n + cd[None, :], mask=r_ok & (cd < D)[None, :])
+    cp.async_load(v_s.index(slot), vb + r64 * sv_n + cv[None, :], mask=r_ok & (cv < DV)[None, :])
+
+
+@gluon.jit
+def _segment_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, DVS,
+                   BK: gl.constexpr, BT: gl.constexpr, layout: gl.constexpr, z_layout: gl.constexpr):
+    """kernels._segment_state (causal): S [BK, BT] in `layout`, z [BK] in `z_layout`."""
+    si = gl.arange(0, BK, layout=gl.SliceLayout(1, layout))
+    sj = t * BT + gl.arange(0, BT, layout=gl.SliceLayout(0, layout))
+    st_mask = (si < DS)[:, None] & (sj < DVS)[None, :]
+    st_offs = si[:, None] * DVS + sj[None, :]
+    cz = gl.arange(0, BK, layout=z_layout)
+    z_mask = cz < DS
+    s_base = s_ptr + bk.to(gl.int64) * ss_bh
+    z_base = z_ptr + bk.to(gl.int64) * sz_bh
+    if BK <= 64 and BT <= 64:  # kernels.FOLD_MAX_BLOCK: these variants fold the scan (has_s 2)
+        j0 = gl.where(has_s == 2, 0, g)
+        j1 = gl.where(has_s == 2, g, g + 1)
+        on = (has_s != 0) & (j0 < j1)
+        S = gl.load(s_base + j0 * ss_g + st_offs, mask=st_mask & on, other=0.0)
+        z = gl.load(z_base + j0 * sz_g + cz, mask=z_mask & on, other=0.0)
+        for j in range(j0 + 1, j1):
+            S += gl.load(s_base + j * ss_g + st_offs, mask=st_mask, other=0.0)
+            z += gl.load(z_base + j * sz_g + cz, mask=z_mask, other=0.0)
+    else:
+        S = gl.load(s_base + g * ss_g + st_offs, mask=st_mask & (has_s != 0), other=0.0)
+        z = gl.load(z_base + g * sz_g + cz, mask=z_mask & (has_s != 0), other=0.0)
+    return S, z
+
+
+@gluon.jit
+def la_fwd_wgmma_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, wc_ptr, ws_ptr,
+    s_ptr, z_ptr, sf_ptr, zf_ptr, den_ptr, dl_ptr,
+    H, HKV, N, D, DV, DS, DVS, G, L,
+    phi_kind, normalize, n_parts, has_s, write_final, stats,
+    scale, eps,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
+    sw_b, ss_bh, ss_g, sz_bh, sz_g,
+    C: gl.constexpr, CAUSAL: gl.constexpr, BK: gl.constexpr, BT: gl.constexpr, PREC: gl.constexpr,
+    FEAT: gl.constexpr, STAGES: gl.constexpr,
+):
+    """la_fwd_kernel's arguments and grid (Dv tiles x H / Hkv x G x B*Hkv); wc, ws, phi_kind,
+    n_parts, stats, den and dl are unused (one part, the map compiled in, the plain forward)."""
+    gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0, "the causal bf16 forward with one feature part")
+    gl.static_assert(C == 64 and BK >= 64 and BT >= 16, "64-row chunks, at least 64 features")
+    _wait_for_primary()  # first: the state below may be the previous kernel's output
+    NW: gl.constexpr = gl.num_warps()
+    WN: gl.constexpr = NW // 4  # warpgroups, side by side along each product's columns
+    # Each thread loads 8 contiguous bf16 (16 bytes) of a row.
+    TK: gl.constexpr = BK // 8 if BK // 8 < 32 else 32
+    TV: gl.constexpr = BT // 8 if BT // 8 < 32 else 32
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TK, TK], [NW, 1], [1, 0])
+    ldv: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TV, TV], [NW, 1], [1, 0])
+    mma_a: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN], instr_shape=[16, C // WN, 16])
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN], instr_shape=[16, BT // WN, 16])
+    a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    nv: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    nv_v: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128 if BT >= 64 else BT * 2, element_bitwidth=16, rank=2)
+    raw: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+
+    nt = gl.cdiv(DV, BT)
+    n_rep = H // HKV
+    pid = gl.program_id(0)
+    t = pid % nt
+    r = (pid // nt) % n_rep
+    g = (pid // nt // n_rep) % G
+    bk = pid // nt // n_rep // G
+    b = (bk // HKV).to(gl.int64)
+    hk = bk % HKV
+    h = hk * n_rep + r
+    qb = q_ptr + b * sq_b + h * sq_h
+    kb = k_ptr + b * sk_b + hk * sk_h
+    vb = v_ptr + b * sv_b + hk * sv_h
+    ob = o_ptr + b * so_b + h * so_h
+
+    # The state segment g starts from, loaded in a blocked layout and converted once, before the
+    # buffers below exist (the conversion's scratch may overlap them). Loaded in the accumulator's
+    # layout, its [BK, BT] offsets stayed live through the loop for the final store, which spilled
+    # and cost 15% at 128 features (634.8 against 544.0 us at B1 H16 N65536, H200).
+    TS: gl.constexpr = BT // 4 if BT // 4 < 32 else 32
+    lds: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TS, TS], [NW, 1], [1, 0])
+    S0, z = _segment_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, DVS, BK, BT, lds,
+                           gl.SliceLayout(0, ld))
+    S = gl.convert_layout(S0, mma)
+
+    q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
+    k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
+    v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BT], nv_v)
+    qf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
+    kf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
+    st_s = gl.allocate_shared_memory(gl.bfloat16, [BK, BT], nv_v)
+
+    ci = gl.arange(0, C, layout=gl.SliceLayout(1, ld))
+    cd = gl.arange(0, BK, layout=gl.SliceLayout(0, ld))
+    cv = t * BT + gl.arange(0, BT, layout=gl.SliceLayout(0, ldv))
+    r0 = g * L
+    n_chunks = gl.cdiv(gl.minimum(L, N - r0), C)
+    for i in gl.static_range(STAGES - 1):
+        _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + i * C + ci, cd, cv, N, D, DV, sq_n, sk_n, sv_n, i,
+                     i < n_chunks)
+        cp.commit_group()
+
+    st_s.store(S.to(gl.bfloat16))
+    fence_async_shared()
+
+    ai = gl.arange(0, C, layout=gl.SliceLayout(1, mma_a))
+    aj = gl.arange(0, C, layout=gl.SliceLayout(0, mma_a))
+    causal = ai[:, None] >= aj[None, :]
+    oi = gl.arange(0, C, layout=gl.SliceLayout(1, mma))
+    oj = t * BT + gl.arange(0, BT, layout=gl.SliceLayout(0, mma))
+    zero_o = gl.zeros([C, BT], gl.float32, mma)
+    zero_a = gl.zeros([C, C], gl.float32, mma_a)
+    # Padded feature columns of qf zeroed are enough for every product: the padded rows of S and
+    # z are never read nor stored. A segment's rows past N give kf 1 (elu+1), and z alone keeps
+    # it (v's rows are 0, later rows do not exist): subtracted after the loop. Masking kf's rows
+    # in the loop, under a branch, cost 2% (H200, B1 H16 N65536 D128).
+    f_on = gl.where(cd < D, 1.0, 0.0)
+    for it in range(n_chunks):
+        nxt = it + STAGES - 1
+        _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + nxt * C + ci, cd, cv, N, D, DV, sq_n, sk_n, sv_n,
+                     nxt % STAGES, nxt < n_chunks)
+        cp.commit_group()
+        cp.wait_group(STAGES - 1)  # this chunk's copies have landed
+        slot = it % STAGES
+        qf = _phi(q_s.index(slot).load(ld).to(gl.float32), FEAT)
+        kf = _phi(k_s.index(slot).load(ld).to(gl.float32), FEAT)
+        if FEAT == 2:  # elu+1 maps the zeros loaded for padding to 1 (identity and relu keep 0)
+            qf = qf * f_on[None, :]
+        qf_s.store(qf.to(gl.bfloat16))
+        kf_s.store(kf.to(gl.bfloat16))
+        fence_async_shared()
+        vt = v_s.index(slot)
+        o = warpgroup_mma(qf_s, st_s, zero_o, use_acc=False, is_async=True)
+        a = warpgroup_mma(qf_s, kf_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+        S = warpgroup_mma(kf_s.permute((1, 0)), vt, S, is_async=True)
+        den_z = gl.sum(qf * z[None, :], 1)
+        z += gl.sum(kf, 0)
+        o, a = warpgroup_mma_wait(1, deps=(o, a))  # the state update may still run
+        a = gl.where(causal, a, 0.0)
+        den_a = gl.sum(a, 1)
+        o = warpgroup_mma(gl.convert_layout(a.to(gl.bfloat16), a_op), vt, o, is_async=True)
+        o, S = warpgroup_mma_wait(0, deps=(o, S))
+        st_s.store(S.to(gl.bfloat16))  # qf S of this chunk has completed: the copy may be replaced
+        fence_async_shared()
+        # scale multiplies qf, so num and den alike: applied per row here, not per feature above.
+        den = gl.convert_layout(den_a, gl.SliceLayout(1, mma)) + gl.convert_layout(den_z, gl.SliceLayout(1, mma))
+        out = o * gl.where(normalize != 0, scale / (den * scale + eps), scale)[:, None]
+        rows = r0 + it * C + oi
+        o_mask = (rows < N)[:, None] & (oj < DV)[None, :]
+        gl.store(ob + rows[:, None].to(gl.int64) * so_n + oj[None, :], out.to(gl.bfloat16), mask=o_mask)
+    cp.wait_group(0)  # no copy may still target shared memory as the program exits
+
+    # A branch: with these stores masked instead, the loop kept their addresses and masks live
+    # (255 registers and a spill; 570.7 against 553.1 us without the store, B1 H16 N65536 D128).
+    if (write_final != 0) & (r == 0) & (g == G - 1):
+        if FEAT == 2:
+            z -= gl.maximum(r0 + n_chunks * C - N, 0).to(gl.float32)
+        si = gl.arange(0, BK, layout=gl.SliceLayout(1, mma))
+        st_mask = (si < DS)[:, None] & (oj < DVS)[None, :]
+        gl.store(sf_ptr + bk.to(gl.int64) * DS * DVS + si[:, None] * DVS + oj[None, :], S, mask=st_mask)
+        gl.store(zf_ptr + bk.to(gl.int64) * DS + cd, z, mask=(cd < DS) & (t == 0))
+    _launch_dependents()  # last: the next kernel may be scheduled as this grid drains
