@@ -4,17 +4,14 @@ Triton 3.8 on the CPU machine and times it on the GPU machine).
 
 q, k, v, o [BH, N, D] bf16 contiguous, Dv = D; elu+1 features, normalized, no GQA, no masks but
 rows past N. Grid: G segments x BH, each walking its L rows from a zero state. The shipped kernel
-adds the segment's start state, the final state, GQA, padding, scale and the run-time switches.
+adds the segment's start state, the final state, GQA, padding, scale and the run-time switches;
+both run the same per-chunk products (fwd_wgmma._chunk).
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait, fence_async_shared
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 
-
-@gluon.jit
-def _phi(x):
-    return gl.where(x > 0, x + 1.0, gl.exp2(x * 1.4426950408889634))
+from triton_src.linear_attn.fwd_wgmma import _chunk, _phi
 
 
 @gluon.jit
@@ -76,25 +73,12 @@ def walk_kernel(q_ptr, k_ptr, v_ptr, o_ptr, N, L, G, s_bh, s_n, eps,
         cp.commit_group()
         cp.wait_group(STAGES - 1)
         slot = it % STAGES
-        qf = _phi(q_s.index(slot).load(ld).to(gl.float32))
-        kf = _phi(k_s.index(slot).load(ld).to(gl.float32))
-        qf_s.store(qf.to(gl.bfloat16))
-        kf_s.store(kf.to(gl.bfloat16))
-        fence_async_shared()
-        vt = v_s.index(slot)
-        o = warpgroup_mma(qf_s, st_s, zero_o, use_acc=False, is_async=True)
-        a = warpgroup_mma(qf_s, kf_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
-        S = warpgroup_mma(kf_s.permute((1, 0)), vt, S, is_async=True)
-        den1 = gl.sum(qf * z[None, :], 1)
-        z += gl.sum(kf, 0)
-        o, a = warpgroup_mma_wait(1, deps=(o, a))
-        a = gl.where(ai[:, None] >= aj[None, :], a, 0.0)
-        den2 = gl.sum(a, 1)
-        o = warpgroup_mma(gl.convert_layout(a.to(gl.bfloat16), aop), vt, o, is_async=True)
-        o, S = warpgroup_mma_wait(0, deps=(o, S))
-        st_s.store(S.to(gl.bfloat16))
-        fence_async_shared()
-        den = gl.convert_layout(den2, gl.SliceLayout(1, mma)) + gl.convert_layout(den1, gl.SliceLayout(1, mma)) + eps
+        qf = _phi(q_s.index(slot).load(ld).to(gl.float32), 2)
+        kf = _phi(k_s.index(slot).load(ld).to(gl.float32), 2)
+        o, S, z, den = _chunk(qf, kf, qf_s, kf_s, st_s, v_s.index(slot), S, z, zero_o, zero_a,
+                              ai[:, None] >= aj[None, :], aop,
+                              gl.SliceLayout(1, mma))
+        den = den + eps
         out = o * (1.0 / den)[:, None]
         rows = r0 + it * C + mi
         gl.store(ob + rows[:, None].to(gl.int64) * s_n + mj[None, :], out.to(gl.bfloat16), mask=(rows < N)[:, None])

@@ -64,6 +64,28 @@ def _issue_chunk(q_s, k_s, v_s, qb, kb, vb, rows, cd, cv, N, D, DV, sq_n, sk_n, 
 
 
 @gluon.jit
+def _chunk(qf, kf, qf_s, kf_s, st_s, vt, S, z, zero_o, zero_a, causal, a_op: gl.constexpr, row: gl.constexpr):
+    """One chunk's products (the module doc's order): (o, S, z after the chunk, den without eps),
+    o and den still unscaled. st_s holds S's bf16 copy before the chunk and after it on return."""
+    qf_s.store(qf.to(gl.bfloat16))
+    kf_s.store(kf.to(gl.bfloat16))
+    fence_async_shared()
+    o = warpgroup_mma(qf_s, st_s, zero_o, use_acc=False, is_async=True)
+    a = warpgroup_mma(qf_s, kf_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+    S = warpgroup_mma(kf_s.permute((1, 0)), vt, S, is_async=True)
+    den_z = gl.sum(qf * z[None, :], 1)
+    z += gl.sum(kf, 0)
+    o, a = warpgroup_mma_wait(1, deps=(o, a))  # the state update may still run
+    a = gl.where(causal, a, 0.0)
+    den_a = gl.sum(a, 1)
+    o = warpgroup_mma(gl.convert_layout(a.to(gl.bfloat16), a_op), vt, o, is_async=True)
+    o, S = warpgroup_mma_wait(0, deps=(o, S))
+    st_s.store(S.to(gl.bfloat16))  # qf S of this chunk has completed: the copy may be replaced
+    fence_async_shared()
+    return o, S, z, gl.convert_layout(den_a, row) + gl.convert_layout(den_z, row)
+
+
+@gluon.jit
 def _segment_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, DVS,
                    BK: gl.constexpr, BT: gl.constexpr, layout: gl.constexpr, z_layout: gl.constexpr):
     """kernels._segment_state (causal): S [BK, BT] in `layout`, z [BK] in `z_layout`."""
@@ -189,24 +211,9 @@ def la_fwd_wgmma_kernel(
         kf = _phi(k_s.index(slot).load(ld).to(gl.float32), FEAT)
         if FEAT == 2:  # elu+1 maps the zeros loaded for padding to 1 (identity and relu keep 0)
             qf = qf * f_on[None, :]
-        qf_s.store(qf.to(gl.bfloat16))
-        kf_s.store(kf.to(gl.bfloat16))
-        fence_async_shared()
-        vt = v_s.index(slot)
-        o = warpgroup_mma(qf_s, st_s, zero_o, use_acc=False, is_async=True)
-        a = warpgroup_mma(qf_s, kf_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
-        S = warpgroup_mma(kf_s.permute((1, 0)), vt, S, is_async=True)
-        den_z = gl.sum(qf * z[None, :], 1)
-        z += gl.sum(kf, 0)
-        o, a = warpgroup_mma_wait(1, deps=(o, a))  # the state update may still run
-        a = gl.where(causal, a, 0.0)
-        den_a = gl.sum(a, 1)
-        o = warpgroup_mma(gl.convert_layout(a.to(gl.bfloat16), a_op), vt, o, is_async=True)
-        o, S = warpgroup_mma_wait(0, deps=(o, S))
-        st_s.store(S.to(gl.bfloat16))  # qf S of this chunk has completed: the copy may be replaced
-        fence_async_shared()
+        o, S, z, den = _chunk(qf, kf, qf_s, kf_s, st_s, v_s.index(slot), S, z, zero_o, zero_a, causal, a_op,
+                              gl.SliceLayout(1, mma))
         # scale multiplies qf, so num and den alike: applied per row here, not per feature above.
-        den = gl.convert_layout(den_a, gl.SliceLayout(1, mma)) + gl.convert_layout(den_z, gl.SliceLayout(1, mma))
         out = o * gl.where(normalize != 0, scale / (den * scale + eps), scale)[:, None]
         rows = r0 + it * C + oi
         o_mask = (rows < N)[:, None] & (oj < DV)[None, :]

@@ -56,12 +56,11 @@ BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3)}
 
 
 # The causal forward walk in Gluon (fwd_wgmma.py, sm_90 only) where it is built: bf16, one feature
-# part. (C, BT, warps, cp.async stages): 64-row chunks, whose every product is a wgmma, and the Dv
-# tile of la_fwd_kernel's at the same block, since the plan (csrc/ops/linear_attn.cpp) sizes the
-# grid by that kernel's tile. H200 sweep of the reduced walk (benchmarks/linear_attn_wgmma_sweep.py,
+# part. (C, warps, cp.async stages): 64-row chunks, whose every product is a wgmma. The Dv tile is
+# la_fwd_kernel's (FWD_TILES), since the plan (csrc/ops/linear_attn.cpp) sizes the grid by it. H200 sweep of the reduced walk (benchmarks/linear_attn_wgmma_sweep.py,
 # eighteenth session): 4 warps at 64 features (8: 68.8 against 52.3 us at B4 H16 N4096), 8 at 128
 # (4 spill 448 bytes: 972.8 against 531.7 us at B1 H16 N65536); 3 stages within -4% to +1% of 2.
-WGMMA_FWD_TILES = {("bf16", 64): (64, 64, 4, 2), ("bf16", 128): (64, 128, 8, 2)}
+WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
 WGMMA_ARCHS = (90,)
 
 
@@ -247,20 +246,17 @@ def _spec(name: str) -> KernelSpec:
 
 
 def _wgmma_fwd_spec() -> KernelSpec:
-    for (dtype, block), tile in WGMMA_FWD_TILES.items():
-        if tile[1] != FWD_TILES[dtype, block][1]:
-            raise ValueError(f"WGMMA_FWD_TILES{dtype, block}: Dv tile {tile[1]} must be la_fwd's {FWD_TILES[dtype, block][1]}")
-
     def constexprs(key: dict) -> dict:
-        c, t, _, stages = WGMMA_FWD_TILES[key["dtype"], key["BK"]]
-        return {"C": c, "BK": key["BK"], "BT": t, "PREC": PRECISION[key["dtype"]], "CAUSAL": key["CAUSAL"],
-                "FEAT": key["FEAT"], "STAGES": stages}
+        c, _, stages = WGMMA_FWD_TILES[key["dtype"], key["BK"]]
+        return {"C": c, "BK": key["BK"], "BT": FWD_TILES[key["dtype"], key["BK"]][1], "PREC": PRECISION[key["dtype"]],
+                "CAUSAL": key["CAUSAL"], "FEAT": key["FEAT"], "STAGES": stages}
 
     return KernelSpec(name="la_fwd_wgmma", function="la_fwd_wgmma_kernel", source="fwd_wgmma.py",
                       params=_fwd_params("*{dtype}:16"),
-                      keys={"dtype": ("bf16",), "BK": tuple(sorted({b for _, b in WGMMA_FWD_TILES})), "CAUSAL": (1,),
+                      keys={"dtype": tuple(sorted({d for d, _ in WGMMA_FWD_TILES})),
+                            "BK": tuple(sorted({b for _, b in WGMMA_FWD_TILES})), "CAUSAL": (1,),
                             "FEAT": tuple(f for f in FEATURES if f > 0)},
-                      constexprs=constexprs, num_warps=lambda key: WGMMA_FWD_TILES[key["dtype"], key["BK"]][2],
+                      constexprs=constexprs, num_warps=lambda key: WGMMA_FWD_TILES[key["dtype"], key["BK"]][1],
                       num_stages=1, include=lambda key: (key["dtype"], key["BK"]) in WGMMA_FWD_TILES,
                       archs=WGMMA_ARCHS)
 
