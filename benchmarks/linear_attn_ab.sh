@@ -2,10 +2,11 @@
 # Two builds of neuralops side by side in one GPU lease: the working tree (installed as usual) and
 # another tree (OLD, e.g. `git archive <commit> | tar -x -C <dir>`, installed with --target into
 # /tmp/old_site), then the GPU tests on the new build, the per-kernel timeline of the new build's
-# causal forwards, and the linear-attention calls of both builds in alternation, two rounds
-# (results/linear_attn.md, eighteenth session). AOT output may be carried for either tree.
+# causal forwards, both builds' per-kernel times (benchmarks/linear_attn_kernels.py), and the
+# linear-attention calls of both builds in alternation, two rounds (results/linear_attn.md,
+# eighteenth and nineteenth sessions). AOT output may be carried for either tree.
 # Usage (on the GPU machine, from the repository root):
-#   OLD=<dir> [NEW_AOT=<dir>] [OLD_AOT=<dir>] OUT=/tmp/out bash benchmarks/linear_attn_ab.sh
+#   OLD=<dir> [NEW_AOT=<dir>] [OLD_AOT=<dir>] [KERNEL_CASES="f64 fb128s"] OUT=/tmp/out bash benchmarks/linear_attn_ab.sh
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-/tmp/neuralops-ab}"
@@ -28,6 +29,13 @@ echo "== kernels of causal forwards (new build)"
 for shape in "4 16 4096 64" "1 16 65536 128" "4 16 2048 128"; do
   echo "-- B H N D = $shape"
   timeout 60 python3 "$ROOT/benchmarks/linear_attn_timeline.py" $shape 2>&1 | grep -v -i warn | tail -4
+done
+# Per-kernel device times of both builds (benchmarks/linear_attn_kernels.py cases; KERNEL_CASES).
+for build in old new; do
+  echo "== kernels per call, $build build"
+  site=$([ "$build" = old ] && echo /tmp/old_site || echo "")
+  PYTHONPATH="$site" timeout 200 python3 "$ROOT/benchmarks/linear_attn_kernels.py" ${KERNEL_CASES:-f64 f128L fb128s fb128L} \
+    2>&1 | grep -v -i warn | tee "$OUT/kernels_$build.txt"
 done
 for round in 1 2; do
   echo "== calls, old build (round $round)"

@@ -466,9 +466,12 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   const int64_t c_value = c_dq.C;
   p.fold_fwd = p.bk <= kFoldMaxBlock && c_fwd.BT <= kFoldMaxBlock;
   p.fold_bwd = p.fold_fwd && c_dq.BF <= kFoldMaxBlock && bkv <= kFoldMaxBlock;
-  const aot::LaFwdWgmmaKey wgmma_key{p.dtype, p.bk, causal, p.feat};
+  const aot::LaFwdWgmmaKey wgmma_key{p.dtype, p.bk, causal, p.feat, 0};
   const int64_t c_wgmma = aot::la_fwd_wgmma_built(wgmma_key) ? aot::la_fwd_wgmma_constexprs(wgmma_key).C : 1;
-  const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value, c_wgmma});
+  const aot::LaBwdDqWgmmaKey dq_wgmma_key{p.dtype, bkv, causal, p.feat};
+  const int64_t c_dq_wgmma =
+      aot::la_bwd_dq_wgmma_built(dq_wgmma_key) ? aot::la_bwd_dq_wgmma_constexprs(dq_wgmma_key).C : 1;
+  const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value, c_wgmma, c_dq_wgmma});
   const int64_t nc = ceil_div(sh.n, quantum);  // N >= 1: the callers return early on empty inputs
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
   const int64_t g =
@@ -693,7 +696,7 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
            st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
            st(out, 0), st(out, 1), st(out, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
   };
-  const aot::LaFwdWgmmaKey wgmma_key{p.dtype, p.bk, causal, p.feat};
+  const aot::LaFwdWgmmaKey wgmma_key{p.dtype, p.bk, causal, p.feat, 0};
   if (aot::la_fwd_wgmma_runs_on(wgmma_key, q.get_device())) {
     forward(aot::la_fwd_wgmma, wgmma_key);
   } else {
@@ -753,13 +756,22 @@ BwdResult bwd_cuda(
     dl = at::empty({sh.b, sh.h, dq_key.STATS ? 1 : p.nt, sh.n}, f32);
   }
   if (phi.normalize && !dq_key.STATS) {
-    aot::la_fwd({p.dtype, p.bk, causal, p.feat}, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"),
-                p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(),
-                p.w.s(), seg.s, seg.z, nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), sh.h, sh.hkv,
-                sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, 0, 1,
-                static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
-                st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2),
-                p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+    // The forward's walk with stats = 1, in either forward kernel (as in fwd_cuda).
+    const auto stats = [&](auto launch, const auto& key) {
+      launch(key, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"), p.q.const_data_ptr(),
+             p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
+             nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), sh.h, sh.hkv, sh.n, p.dp, p.dvp,
+             sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, 0, 1, static_cast<float>(scale),
+             static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
+             st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), p.w.stride_b, seg.s_bh,
+             seg.s_g, seg.z_bh, seg.z_g);
+    };
+    const aot::LaFwdWgmmaKey stats_key{p.dtype, p.bk, causal, p.feat, 1};
+    if (aot::la_fwd_wgmma_runs_on(stats_key, q.get_device())) {
+      stats(aot::la_fwd_wgmma, stats_key);
+    } else {
+      stats(aot::la_fwd, aot::LaFwdKey{p.dtype, p.bk, causal, p.feat});
+    }
     if (p.nt > 1) {
       dl = sum_tile_shares(dl, config);
     }
@@ -768,13 +780,26 @@ BwdResult bwd_cuda(
   void* den_ptr = phi.normalize ? den.mutable_data_ptr() : nullptr;
   void* dl_ptr = phi.normalize ? dl.mutable_data_ptr() : nullptr;
   Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
-  aot::la_bwd_dq(dq_key, config(q, nf * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
-                 p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(),
-                 p.w.s(), seg.s, seg.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l,
-                 phi.kind, phi.normalize, sh.parts, seg.has, static_cast<float>(scale), static_cast<float>(eps),
-                 st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
-                 st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0), st(dq, 1), st(dq, 2), p.w.stride_b,
-                 seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+  // Both dq kernels take the same arguments; la_bwd_dq_wgmma (one program for all of F and Dv,
+  // spec.py WGMMA_BWD_TILES) where it is built for this device and D and Dv take the same block,
+  // else the feature tiles'.
+  const auto dq_walk = [&](auto launch, const auto& key, int64_t n_tiles) {
+    launch(key, config(q, n_tiles * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
+           p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(), p.w.s(),
+           seg.s, seg.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind,
+           phi.normalize, sh.parts, seg.has, static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0),
+           st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
+           st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0), st(dq, 1), st(dq, 2), p.w.stride_b, seg.s_bh, seg.s_g,
+           seg.z_bh, seg.z_g);
+  };
+  const aot::LaBwdDqWgmmaKey dq_wgmma_key{p.dtype, bkv, causal, p.feat};
+  const bool wgmma_dq =
+      !dq_key.STATS && p.bk == bkv && aot::la_bwd_dq_wgmma_runs_on(dq_wgmma_key, q.get_device());
+  if (wgmma_dq) {
+    dq_walk(aot::la_bwd_dq_wgmma, dq_wgmma_key, 1);
+  } else {
+    dq_walk(aot::la_bwd_dq, dq_key, nf);
+  }
   // The reverse states: R (sum of qf^T g over later rows) and rho, per kv head and segment, from
   // each segment's sums per query head (la_state in GRADS mode: q as the keys, grad_out as the
   // values), scanned in reverse and summed over the query heads of each kv head.
@@ -805,22 +830,38 @@ BwdResult bwd_cuda(
   // Where one dk program holds all of F, it computes dv as well (WITH_DV): the dv pass would read
   // q, k and grad_out again and repeat the reverse state's update.
   const bool dv_in_dk = nf == 1 && aot::la_bwd_dk_built({p.dtype, bkv, causal, p.feat, 1});
-  if (!dv_in_dk) {
-    aot::la_bwd_dv({p.dtype, p.bk, causal, p.feat}, config(q, p.nt_dv * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"),
-                   p.q.const_data_ptr(), p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(),
-                   p.w.s(), rev.s, den_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind,
-                   phi.normalize, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2),
-                   st(p.k, 0), st(p.k, 1), st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1),
-                   st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
+  // The Gluon dv and dk (one program for all of Dv or F) beside dq's (wgmma_dq), Triton's elsewhere.
+  const aot::LaBwdDvWgmmaKey dv_wgmma_key{p.dtype, p.bk, causal, p.feat};
+  const aot::LaBwdDkWgmmaKey dk_wgmma_key{p.dtype, bkv, causal, p.feat};
+  const bool wgmma_dv = wgmma_dq && aot::la_bwd_dv_wgmma_runs_on(dv_wgmma_key, q.get_device());
+  const bool wgmma_dk = wgmma_dq && aot::la_bwd_dk_wgmma_runs_on(dk_wgmma_key, q.get_device());
+  const auto dv_walk = [&](auto launch, const auto& key, int64_t n_tiles) {
+    launch(key, config(q, n_tiles * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"), p.q.const_data_ptr(),
+           p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, den_ptr, sh.h,
+           sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, rev.has,
+           static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
+           st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1), st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
+  };
+  if (wgmma_dv) {
+    dv_walk(aot::la_bwd_dv_wgmma, dv_wgmma_key, 1);
+  } else if (!dv_in_dk) {
+    dv_walk(aot::la_bwd_dv, aot::LaBwdDvKey{p.dtype, p.bk, causal, p.feat}, p.nt_dv);
   }
-  aot::la_bwd_dk({p.dtype, bkv, causal, p.feat, dv_in_dk},
-                 config(q, nf * p.g * sh.b * sh.hkv, dv_in_dk ? "linear_attn_bwd dk and dv" : "linear_attn_bwd dk"),
-                 p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(),
-                 dk.mutable_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, rev.z, den_ptr, dl_ptr, sh.h,
-                 sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, rev.has,
-                 static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
-                 st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dk, 0), st(dk, 1),
-                 st(dk, 2), st(dv, 0), st(dv, 1), st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g, rev.z_bh, rev.z_g);
+  const auto dk_walk = [&](auto launch, const auto& key, int64_t n_tiles, const char* name) {
+    launch(key, config(q, n_tiles * p.g * sh.b * sh.hkv, name), p.q.const_data_ptr(), p.k.const_data_ptr(),
+           p.v.const_data_ptr(), dout.const_data_ptr(), dk.mutable_data_ptr(), dv.mutable_data_ptr(), p.w.c(),
+           p.w.s(), rev.s, rev.z, den_ptr, dl_ptr, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind,
+           phi.normalize, sh.parts, rev.has, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2),
+           st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1),
+           st(dout, 2), st(dk, 0), st(dk, 1), st(dk, 2), st(dv, 0), st(dv, 1), st(dv, 2), p.w.stride_b, rev.s_bh,
+           rev.s_g, rev.z_bh, rev.z_g);
+  };
+  if (wgmma_dk) {
+    dk_walk(aot::la_bwd_dk_wgmma, dk_wgmma_key, 1, "linear_attn_bwd dk");
+  } else {
+    dk_walk(aot::la_bwd_dk, aot::LaBwdDkKey{p.dtype, bkv, causal, p.feat, dv_in_dk}, nf,
+            dv_in_dk ? "linear_attn_bwd dk and dv" : "linear_attn_bwd dk");
+  }
   return {unpad(dq, sh.d), unpad(dk, sh.d), unpad(dv, sh.dv), ds0, dz0};
 }
 

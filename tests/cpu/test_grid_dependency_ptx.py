@@ -36,11 +36,12 @@ import json
 from pathlib import Path
 from triton_src.aot import compiler
 from triton_src.linear_attn.spec import KERNELS
-spec = next(s for s in KERNELS if s.name == "la_fwd_wgmma")
-for variant in spec.variants():
-    task = compiler.make_task("linear_attn", Path("triton_src/linear_attn"), variant, 90)
-    compiled, _, _ = compiler.compile_task(task)
-    print(json.dumps([variant.name, compiled.asm["ptx"]]))
+for spec in KERNELS:
+    if spec.name.endswith("_wgmma"):
+        for variant in spec.variants():
+            task = compiler.make_task("linear_attn", Path("triton_src/linear_attn"), variant, 90)
+            compiled, _, _ = compiler.compile_task(task)
+            print(json.dumps([variant.name, compiled.asm["ptx"]]))
 """
 
 
@@ -66,17 +67,19 @@ def test_decode_partial_kernel_reads_nothing_before_its_wait():
     assert launch > wait, "launch_dependents precedes the wait: the second kernel's U loads could race"
 
 
-def test_wgmma_forward_waits_before_memory_and_releases_after_its_stores():
-    """The Gluon forward (no interpreter runs it on CPU) is chained by PDL like the Triton kernels:
-    in every variant's PTX, griddepcontrol.wait precedes every global access (its state is the
-    previous kernel's output) and launch_dependents follows every store."""
+def test_wgmma_kernels_wait_before_memory_and_release_after_their_stores():
+    """The Gluon kernels (the forward with its stats variants, dq, dv and dk; no interpreter runs
+    them on CPU) are chained by PDL like the Triton kernels: in every variant's PTX, griddepcontrol.wait
+    precedes every global access (states, den and dl are earlier kernels' outputs) and
+    launch_dependents follows every store."""
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, "-c", _COMPILE_WGMMA], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
+                         timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     outputs = [json.loads(line) for line in run.stdout.strip().splitlines()]
-    assert len(outputs) == 6
+    kernels = sorted(name.rsplit("_bf16", 1)[0] for name, _ in outputs)
+    assert kernels == [f"la_bwd_{walk}_wgmma" for walk in ("dk", "dq", "dv") for _ in range(3)] + ["la_fwd_wgmma"] * 12
     for name, ptx in outputs:
         lines = _instruction_lines(ptx)
         assert "wgmma.mma_async" in ptx, name

@@ -382,3 +382,33 @@ def test_wgmma_walk_where_it_is_built(d):
     cos, sin = weights(n)
     assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin))
     assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(q.half(), k.half(), v.half(), True))
+
+
+@pytest.mark.parametrize("phi", PHIS)
+def test_wgmma_backward_where_it_is_built(phi):
+    """At 128 features and value columns the causal bf16 backward with one feature part walks in
+    la_bwd_{dq,dv,dk}_wgmma_kernel, and la_fwd_wgmma_kernel's stats variant gives den and dout . out
+    (normalized maps), on sm_90; in la_bwd_{dq,dv,dk}_kernel and la_fwd_kernel elsewhere. Several segments, an
+    initial state, the final state's gradient and the initial one's, GQA, N off the chunk, D and Dv
+    padded, scale, against float64."""
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    b, h, hkv, n, d, dv = 1, 4, 2, 2 * 4096 + 77, 112, 120
+    q, k, v = make(b, h, hkv, n, d, dv, torch.bfloat16, phi=phi)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    s0 = torch.randn(b, hkv, d, dv, device="cuda", generator=g).requires_grad_()
+    z0 = (torch.rand(b, hkv, d, device="cuda", generator=g) * 10).requires_grad_()
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out, st = la.fwd(*leaves, True, phi, 1e-6, initial_state=(s0, z0), scale=0.6, return_state=True)
+    grad_out = torch.randn_like(out)
+    grad_state = (torch.randn_like(st.S), torch.randn_like(st.z))  # z0 reaches only z under softmax_free
+    poison_allocator()
+    names = _cuda_kernels(lambda: torch.autograd.backward([out, st.S, st.z], [grad_out, *grad_state]))
+    for walk in ("dq", "dv", "dk"):
+        assert (f"la_bwd_{walk}_wgmma_kernel" in names) == hopper, names
+        assert (f"la_bwd_{walk}_kernel" in names) != hopper, names
+    normalized = phi != "softmax_free"
+    assert ("la_fwd_wgmma_kernel" in names) == (hopper and normalized), names
+    ref, _, grads = reference(q, k, v, phi, True, None, None, 0.6, s0, z0, grad_out, grad_state)
+    assert_close("out", out, ref, torch.bfloat16)
+    for name, leaf, r in zip(("dq", "dk", "dv", "dS0", "dz0"), (*leaves, s0, z0), grads):
+        assert_close(name, leaf.grad, r, torch.bfloat16)

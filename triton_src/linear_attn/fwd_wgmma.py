@@ -1,7 +1,9 @@
 """The causal forward walk of kernels.la_fwd_kernel in Gluon, for Hopper (sm_90a only): same
-arguments, grid and results, for bf16 tensors with one feature part (FEAT > 0) and the plain
-forward (stats = 0). csrc/ops/linear_attn.cpp takes it where it is built for the device and keeps
-la_fwd_kernel for everything else (other dtypes, Cosformer, bidirectional, the backward's stats pass).
+arguments, grid and results, for bf16 tensors with one feature part (FEAT > 0): the plain forward
+and, as the STATS variant, the backward's stats pass (den_i and dout_i . out_i where dq does not
+compute them itself: 128 features or value columns). csrc/ops/linear_attn.cpp takes it where it is
+built for the device and keeps la_fwd_kernel for everything else (other dtypes, Cosformer,
+bidirectional mode).
 
 Why a second form of the same walk: Triton's tl.dot waits for each wgmma before the next
 instruction, and at 128 features the Triton walk takes 32-row chunks (wider ones spill) whose
@@ -54,13 +56,19 @@ def _phi(x, FEAT: gl.constexpr):
 
 
 @gluon.jit
+def _issue_tile(dst, base, rows, cols, N, W, sn, on):
+    """cp.async of the tile `rows` x `cols` of a row-major input into dst (zeros past N and W;
+    nothing where not `on`)."""
+    mask = ((rows < N) & on)[:, None] & (cols < W)[None, :]
+    cp.async_load(dst, base + rows[:, None].to(gl.int64) * sn + cols[None, :], mask=mask)
+
+
+@gluon.jit
 def _issue_chunk(q_s, k_s, v_s, qb, kb, vb, rows, cd, cv, N, D, DV, sq_n, sk_n, sv_n, slot, on):
     """cp.async of one chunk's q and k [C, BK] and v [C, BT] tiles into ring slot `slot`."""
-    r_ok = ((rows < N) & on)[:, None]
-    r64 = rows[:, None].to(gl.int64)
-    cp.async_load(q_s.index(slot), qb + r64 * sq_n + cd[None, :], mask=r_ok & (cd < D)[None, :])
-    cp.async_load(k_s.index(slot), kb + r64 * sk_n + cd[None, :], mask=r_ok & (cd < D)[None, :])
-    cp.async_load(v_s.index(slot), vb + r64 * sv_n + cv[None, :], mask=r_ok & (cv < DV)[None, :])
+    _issue_tile(q_s.index(slot), qb, rows, cd, N, D, sq_n, on)
+    _issue_tile(k_s.index(slot), kb, rows, cd, N, D, sk_n, on)
+    _issue_tile(v_s.index(slot), vb, rows, cv, N, DV, sv_n, on)
 
 
 @gluon.jit
@@ -122,10 +130,12 @@ def la_fwd_wgmma_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
     sw_b, ss_bh, ss_g, sz_bh, sz_g,
     C: gl.constexpr, CAUSAL: gl.constexpr, BK: gl.constexpr, BT: gl.constexpr, PREC: gl.constexpr,
-    FEAT: gl.constexpr, STAGES: gl.constexpr,
+    FEAT: gl.constexpr, STAGES: gl.constexpr, STATS: gl.constexpr,
 ):
-    """la_fwd_kernel's arguments and grid (Dv tiles x H / Hkv x G x B*Hkv); wc, ws, phi_kind,
-    n_parts, stats, den and dl are unused (one part, the map compiled in, the plain forward)."""
+    """la_fwd_kernel's arguments and grid (Dv tiles x H / Hkv x G x B*Hkv); wc, ws, phi_kind and
+    n_parts are unused (one part, the map compiled in). STATS = 1 is la_fwd_kernel's stats = 1 (the
+    backward's stats pass: o_ptr is grad_out, read; den and dl written, as there), compiled in so
+    that the plain forward's code stays as it was; the run-time `stats` is unused."""
     gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0, "the causal bf16 forward with one feature part")
     gl.static_assert(C == 64 and BK >= 64 and BT >= 16, "64-row chunks, at least 64 features")
     _wait_for_primary()  # first: the state below may be the previous kernel's output
@@ -174,6 +184,8 @@ def la_fwd_wgmma_kernel(
     qf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
     kf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
     st_s = gl.allocate_shared_memory(gl.bfloat16, [BK, BT], nv_v)
+    if STATS:  # grad_out's tiles, through the ring like v's
+        do_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BT], raw)
 
     ci = gl.arange(0, C, layout=gl.SliceLayout(1, ld))
     cd = gl.arange(0, BK, layout=gl.SliceLayout(0, ld))
@@ -183,6 +195,8 @@ def la_fwd_wgmma_kernel(
     for i in gl.static_range(STAGES - 1):
         _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + i * C + ci, cd, cv, N, D, DV, sq_n, sk_n, sv_n, i,
                      i < n_chunks)
+        if STATS:
+            _issue_tile(do_s.index(i), ob, r0 + i * C + ci, cv, N, DV, so_n, i < n_chunks)
         cp.commit_group()
 
     st_s.store(S.to(gl.bfloat16))
@@ -204,6 +218,8 @@ def la_fwd_wgmma_kernel(
         nxt = it + STAGES - 1
         _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + nxt * C + ci, cd, cv, N, D, DV, sq_n, sk_n, sv_n,
                      nxt % STAGES, nxt < n_chunks)
+        if STATS:
+            _issue_tile(do_s.index(nxt % STAGES), ob, r0 + nxt * C + ci, cv, N, DV, so_n, nxt < n_chunks)
         cp.commit_group()
         cp.wait_group(STAGES - 1)  # this chunk's copies have landed
         slot = it % STAGES
@@ -214,10 +230,18 @@ def la_fwd_wgmma_kernel(
         o, S, z, den = _chunk(qf, kf, qf_s, kf_s, st_s, v_s.index(slot), S, z, zero_o, zero_a, causal, a_op,
                               gl.SliceLayout(1, mma))
         # scale multiplies qf, so num and den alike: applied per row here, not per feature above.
-        out = o * gl.where(normalize != 0, scale / (den * scale + eps), scale)[:, None]
         rows = r0 + it * C + oi
-        o_mask = (rows < N)[:, None] & (oj < DV)[None, :]
-        gl.store(ob + rows[:, None].to(gl.int64) * so_n + oj[None, :], out.to(gl.bfloat16), mask=o_mask)
+        if STATS:  # la_fwd_kernel's: den_i with eps (tile 0), and this tile's share of dout_i . out_i
+            den = den * scale + eps
+            dout = do_s.index(slot).load(mma).to(gl.float32)
+            r_ok = rows < N
+            bh = b * H + h
+            gl.store(dl_ptr + (bh * nt + t) * N + rows, gl.sum(dout * o, 1) * (scale / den), mask=r_ok)
+            gl.store(den_ptr + bh * N + rows, den, mask=r_ok & (t == 0))
+        else:
+            out = o * gl.where(normalize != 0, scale / (den * scale + eps), scale)[:, None]
+            o_mask = (rows < N)[:, None] & (oj < DV)[None, :]
+            gl.store(ob + rows[:, None].to(gl.int64) * so_n + oj[None, :], out.to(gl.bfloat16), mask=o_mask)
     cp.wait_group(0)  # no copy may still target shared memory as the program exits
 
     # A branch: with these stores masked instead, the loop kept their addresses and masks live

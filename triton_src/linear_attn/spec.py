@@ -8,9 +8,10 @@ kernels with a causal and a bidirectional mode also take it as a key, the state 
 forward or backward mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything
 else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time argument:
 5 kernels * 2 modes * 4 feature maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan
-+ the 8 each of the fused dq and dk (STATS, WITH_DV: see FUSED_BLOCK) + the 6 of the Gluon causal
-forward (la_fwd_wgmma: bf16, blocks 64 and 128, three maps; sm_90 only, see WGMMA_FWD_TILES)
-= 310 variants. The bf16
++ the 8 each of the fused dq and dk (STATS, WITH_DV: see FUSED_BLOCK) + the 12 of the Gluon causal
+forward (la_fwd_wgmma: bf16, blocks 64 and 128, three maps, the plain forward and the stats pass)
+and the 3 each of the Gluon dq, dv and dk (la_bwd_*_wgmma: block 128), sm_90 only (WGMMA_FWD_TILES,
+WGMMA_BWD_TILES) = 325 variants. The bf16
 tiles of blocks 64 and 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64;
 at 128 features the state pass and the forward have their own, STATE_TILES and FWD_TILES, and the
 bidirectional forward BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins
@@ -56,11 +57,14 @@ BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3)}
 
 
 # The causal forward walk in Gluon (fwd_wgmma.py, sm_90 only) where it is built: bf16, one feature
-# part. (C, warps, cp.async stages): 64-row chunks, whose every product is a wgmma. The Dv tile is
-# la_fwd_kernel's (FWD_TILES), since the plan (csrc/ops/linear_attn.cpp) sizes the grid by it. H200 sweep of the reduced walk (benchmarks/linear_attn_wgmma_sweep.py,
+# part. (C, warps, cp.async stages): 64-row chunks, whose every product is a wgmma. H200 sweep of the reduced walk (benchmarks/linear_attn_wgmma_sweep.py,
 # eighteenth session): 4 warps at 64 features (8: 68.8 against 52.3 us at B4 H16 N4096), 8 at 128
 # (4 spill 448 bytes: 972.8 against 531.7 us at B1 H16 N65536); 3 stages within -4% to +1% of 2.
 WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
+# The backward's walks in Gluon (bwd_wgmma.py, sm_90 only): dq, dv and dk for bf16 with one feature
+# part, 128 features and value columns in one program (C, warps, cp.async stages), where the Triton
+# kernels tile F by 32 (dq, dk) or Dv by 64 (dv).
+WGMMA_BWD_TILES = {("bf16", 128): (64, 8, 2)}
 WGMMA_ARCHS = (90,)
 
 
@@ -245,25 +249,37 @@ def _spec(name: str) -> KernelSpec:
                       include=lambda key: key[block] in BLOCKS[key["dtype"]] and extra_built(key))
 
 
-def _wgmma_fwd_spec() -> KernelSpec:
-    def constexprs(key: dict) -> dict:
-        c, _, stages = WGMMA_FWD_TILES[key["dtype"], key["BK"]]
-        return {"C": c, "BK": key["BK"], "BT": FWD_TILES[key["dtype"], key["BK"]][1], "PREC": PRECISION[key["dtype"]],
-                "CAUSAL": key["CAUSAL"], "FEAT": key["FEAT"], "STAGES": stages}
+def _wgmma_spec(name: str, source: str, params, tiles: dict, block: str, extra_keys: dict, constexprs) -> KernelSpec:
+    """A Gluon walk (causal, bf16, one feature part, sm_90) with the arguments of its Triton kernel
+    (params) and (C, warps, stages) from tiles[dtype, block]; constexprs(key) adds the rest."""
+    def all_constexprs(key: dict) -> dict:
+        c, _, stages = tiles[key["dtype"], key[block]]
+        return {"C": c, block: key[block], "PREC": PRECISION[key["dtype"]], "CAUSAL": key["CAUSAL"],
+                "FEAT": key["FEAT"], "STAGES": stages, **constexprs(key)}
 
-    return KernelSpec(name="la_fwd_wgmma", function="la_fwd_wgmma_kernel", source="fwd_wgmma.py",
-                      params=_fwd_params("*{dtype}:16"),
-                      keys={"dtype": tuple(sorted({d for d, _ in WGMMA_FWD_TILES})),
-                            "BK": tuple(sorted({b for _, b in WGMMA_FWD_TILES})), "CAUSAL": (1,),
-                            "FEAT": tuple(f for f in FEATURES if f > 0)},
-                      constexprs=constexprs, num_warps=lambda key: WGMMA_FWD_TILES[key["dtype"], key["BK"]][1],
-                      num_stages=1, include=lambda key: (key["dtype"], key["BK"]) in WGMMA_FWD_TILES,
-                      archs=WGMMA_ARCHS)
+    return KernelSpec(name=name, function=f"{name}_kernel", source=source, params=params("*{dtype}:16"),
+                      keys={"dtype": tuple(sorted({d for d, _ in tiles})), block: tuple(sorted({b for _, b in tiles})),
+                            "CAUSAL": (1,), "FEAT": tuple(f for f in FEATURES if f > 0), **extra_keys},
+                      constexprs=all_constexprs, num_warps=lambda key: tiles[key["dtype"], key[block]][1],
+                      num_stages=1, include=lambda key: (key["dtype"], key[block]) in tiles, archs=WGMMA_ARCHS)
+
+
+WGMMA_KERNELS = [
+    # The Dv tile is la_fwd_kernel's, since the plan sizes the forward's grid by it.
+    _wgmma_spec("la_fwd_wgmma", "fwd_wgmma.py", _fwd_params, WGMMA_FWD_TILES, "BK", {"STATS": (0, 1)},
+                lambda key: {"BT": FWD_TILES[key["dtype"], key["BK"]][1], "STATS": key["STATS"]}),
+    _wgmma_spec("la_bwd_dq_wgmma", "bwd_wgmma.py", _dq_params, WGMMA_BWD_TILES, "BKV", {},
+                lambda key: {"BF": key["BKV"], "STATS": 0}),
+    _wgmma_spec("la_bwd_dv_wgmma", "bwd_wgmma.py", _dv_params, WGMMA_BWD_TILES, "BK", {},
+                lambda key: {"BT": key["BK"]}),
+    _wgmma_spec("la_bwd_dk_wgmma", "bwd_wgmma.py", _dk_params, WGMMA_BWD_TILES, "BKV", {},
+                lambda key: {"BF": key["BKV"], "WITH_DV": 0}),
+]
 
 
 KERNELS = [
     *(_spec(name) for name in _KERNELS),
-    _wgmma_fwd_spec(),
+    *WGMMA_KERNELS,
     KernelSpec(name="la_decode", function="la_decode_kernel", params=_decode_params("*{dtype}:16"),
                keys={"dtype": tuple(BLOCKS), "BK": (64, 128, 256)},
                constexprs=lambda key: {"BK": key["BK"], "BT": DECODE_BT[key["BK"]]},

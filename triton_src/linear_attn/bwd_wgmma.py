@@ -1,0 +1,377 @@
+"""The causal backward's walks in Gluon, for Hopper (sm_90a only): dq (la_bwd_dq_kernel's arguments
+and results, STATS = 0: den and dl come from the stats pass), dv (la_bwd_dv_kernel's) and dk
+(la_bwd_dk_kernel's, WITH_DV = 0), for bf16 tensors with one feature part (FEAT > 0) at 128
+features and value columns. One program holds all of F and all of Dv, so each grid has one tile:
+(H / Hkv) x G x B*Hkv for dq, G x B*Hkv for dv and dk. csrc/ops/linear_attn.cpp takes them where they
+are built for the device (and D and Dv take the same block) and keeps the Triton kernels elsewhere.
+
+Why: at 128 features the Triton dq and dk tile F by 32 and dv tiles Dv by 64 (wider tiles spill), so
+each row block is read and its products recomputed by two to four programs, and the intra-chunk dots
+run as mma.sync; fwd_wgmma.py's reasons, and its remedy: 64-row chunks, every product a wgmma,
+independent ones issued together.
+
+dq, per chunk of C rows in forward order, with S, z the forward state before the chunk (S's bf16 hi
+and lo halves in shared memory: one bf16 rounding of S costs dq of the normalized maps the whole
+bf16 tolerance, kernels._mm_state), g_i = dout_i / den_i and r_i = -(dout_i . out_i) / den_i:
+    gq = dout S^T,  ds = dout v^T,  S += kf^T v          (issued together)
+    gq += r z^T + (tril(ds) + r) kf                      (1 / den_i left to the store)
+    dq = gq * scale / den_i * phi'(q)
+dv and dk: _reverse_walk (later chunks first, each chunk once per query head of the kv head).
+Rows past N and padded feature columns load as zeros. Only elu+1's padded columns of qg need zeroing
+(the reverse walks contract over features with them); otherwise a padded column of kf or qg reaches
+only the same padded column of a result (never stored), rows past N meet zero rows of v and dout,
+and tril / triu keep them out of every row that exists. The naive reference is
+kernels.attention_reference under autograd, as for the Triton kernels.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+from triton_src.linear_attn.fwd_wgmma import _issue_tile, _launch_dependents, _phi, _segment_state, _wait_for_primary
+
+
+@gluon.jit
+def _dphi(x, FEAT: gl.constexpr):
+    """phi'(x) for elu+1 (FEAT 2) and relu (3); identity's is 1 and never computed."""
+    if FEAT == 2:
+        y = gl.where(x > 0, 1.0, gl.exp2(x * 1.4426950408889634))
+    else:
+        y = gl.where(x > 0, 1.0, 0.0)
+    return y
+
+
+@gluon.jit
+def _row_scales(den_ptr, dl_ptr, bh, rows, N, normalize):
+    """kernels._row_grad_scales: (1 / den_i, -(dout_i . out_i)), or (1, 0) unnormalized."""
+    m = (rows < N) & (normalize != 0)
+    inv = 1.0 / gl.load(den_ptr + bh * N + rows, mask=m, other=1.0)
+    return inv, -gl.load(dl_ptr + bh * N + rows, mask=m, other=0.0)
+
+
+@gluon.jit
+def la_bwd_dq_wgmma_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, wc_ptr, ws_ptr,
+    s_ptr, z_ptr, den_ptr, dl_ptr,
+    H, HKV, N, D, DV, DS, DVS, G, L,
+    phi_kind, normalize, n_parts, has_s,
+    scale, eps,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdq_b, sdq_h, sdq_n,
+    sw_b, ss_bh, ss_g, sz_bh, sz_g,
+    C: gl.constexpr, CAUSAL: gl.constexpr, BF: gl.constexpr, BKV: gl.constexpr, PREC: gl.constexpr,
+    FEAT: gl.constexpr, STATS: gl.constexpr, STAGES: gl.constexpr,
+):
+    """la_bwd_dq_kernel's arguments; wc, ws, phi_kind, n_parts and eps are unused (one part, the map
+    compiled in, STATS = 0). Grid: (H / Hkv) x G x B*Hkv (fastest first)."""
+    gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0 and STATS == 0,
+                     "the causal bf16 dq with one feature part, den and dl from the stats pass")
+    gl.static_assert(C == 64 and BF == BKV and BF >= 64, "64-row chunks, as many features as value columns")
+    _wait_for_primary()  # first: the state, den and dl below are the previous kernels' outputs
+    NW: gl.constexpr = gl.num_warps()
+    WN: gl.constexpr = NW // 4  # warpgroups, side by side along each product's columns
+    TK: gl.constexpr = BF // 8 if BF // 8 < 32 else 32  # 8 contiguous bf16 (16 bytes) per thread
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TK, TK], [NW, 1], [1, 0])
+    mma_a: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN], instr_shape=[16, C // WN, 16])
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN], instr_shape=[16, BF // WN, 16])
+    a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    nv: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    raw: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+    row: gl.constexpr = gl.SliceLayout(1, mma)
+
+    n_rep = H // HKV
+    pid = gl.program_id(0)
+    r = pid % n_rep
+    g = (pid // n_rep) % G
+    bk = pid // n_rep // G
+    b = (bk // HKV).to(gl.int64)
+    hk = bk % HKV
+    h = hk * n_rep + r
+    bh = b * H + h
+    qb = q_ptr + b * sq_b + h * sq_h
+    kb = k_ptr + b * sk_b + hk * sk_h
+    vb = v_ptr + b * sv_b + hk * sv_h
+    db = do_ptr + b * sd_b + h * sd_h
+    dqb = dq_ptr + b * sdq_b + h * sdq_h
+
+    # Loaded in a blocked layout and converted before the buffers exist (fwd_wgmma.py: the
+    # accumulator layout's offsets stayed live through the loop there).
+    TS: gl.constexpr = BKV // 4 if BKV // 4 < 32 else 32
+    lds: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TS, TS], [NW, 1], [1, 0])
+    S0, z = _segment_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, 0, DS, DVS, BF, BKV, lds,
+                           gl.SliceLayout(0, ld))
+    S = gl.convert_layout(S0, mma)
+
+    k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BF], raw)
+    v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BKV], nv)
+    d_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BKV], nv)
+    if FEAT != 1:  # q only for phi'(q): identity's is 1
+        q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BF], raw)
+    kf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BF], nv)
+    sh_s = gl.allocate_shared_memory(gl.bfloat16, [BF, BKV], nv)
+    sl_s = gl.allocate_shared_memory(gl.bfloat16, [BF, BKV], nv)
+
+    ci = gl.arange(0, C, layout=gl.SliceLayout(1, ld))
+    cd = gl.arange(0, BF, layout=gl.SliceLayout(0, ld))
+    r0 = g * L
+    n_chunks = gl.cdiv(gl.minimum(L, N - r0), C)
+    for i in gl.static_range(STAGES - 1):
+        ld_rows = r0 + i * C + ci
+        _issue_tile(k_s.index(i), kb, ld_rows, cd, N, D, sk_n, i < n_chunks)
+        _issue_tile(v_s.index(i), vb, ld_rows, cd, N, DV, sv_n, i < n_chunks)
+        _issue_tile(d_s.index(i), db, ld_rows, cd, N, DV, sd_n, i < n_chunks)
+        if FEAT != 1:
+            _issue_tile(q_s.index(i), qb, ld_rows, cd, N, D, sq_n, i < n_chunks)
+        cp.commit_group()
+
+    hi = S.to(gl.bfloat16)
+    sh_s.store(hi)
+    sl_s.store((S - hi.to(gl.float32)).to(gl.bfloat16))
+    fence_async_shared()
+
+    ai = gl.arange(0, C, layout=gl.SliceLayout(1, mma_a))
+    aj = gl.arange(0, C, layout=gl.SliceLayout(0, mma_a))
+    causal = ai[:, None] >= aj[None, :]
+    oi = gl.arange(0, C, layout=row)
+    oj = gl.arange(0, BF, layout=gl.SliceLayout(0, mma))
+    zero_q = gl.zeros([C, BF], gl.float32, mma)
+    zero_a = gl.zeros([C, C], gl.float32, mma_a)
+    for it in range(n_chunks):
+        nxt = it + STAGES - 1
+        s_nxt = nxt % STAGES
+        ld_rows = r0 + nxt * C + ci
+        _issue_tile(k_s.index(s_nxt), kb, ld_rows, cd, N, D, sk_n, nxt < n_chunks)
+        _issue_tile(v_s.index(s_nxt), vb, ld_rows, cd, N, DV, sv_n, nxt < n_chunks)
+        _issue_tile(d_s.index(s_nxt), db, ld_rows, cd, N, DV, sd_n, nxt < n_chunks)
+        if FEAT != 1:
+            _issue_tile(q_s.index(s_nxt), qb, ld_rows, cd, N, D, sq_n, nxt < n_chunks)
+        cp.commit_group()
+        cp.wait_group(STAGES - 1)  # this chunk's copies have landed
+        slot = it % STAGES
+        kf = _phi(k_s.index(slot).load(ld).to(gl.float32), FEAT)
+        kf_s.store(kf.to(gl.bfloat16))
+        fence_async_shared()
+        dt = d_s.index(slot)
+        vt = v_s.index(slot)
+        gq = warpgroup_mma(dt, sh_s.permute((1, 0)), zero_q, use_acc=False, is_async=True)
+        gq = warpgroup_mma(dt, sl_s.permute((1, 0)), gq, is_async=True)
+        ds = warpgroup_mma(dt, vt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+        S = warpgroup_mma(kf_s.permute((1, 0)), vt, S, is_async=True)
+        rows = r0 + it * C + oi
+        inv, ndl = _row_scales(den_ptr, dl_ptr, bh, rows, N, normalize)
+        zq = gl.convert_layout(z, gl.SliceLayout(0, mma))  # z before this chunk
+        z += gl.sum(kf, 0)
+        gq, ds = warpgroup_mma_wait(1, deps=(gq, ds))  # the state update may still run
+        ds = gl.where(causal, ds + gl.convert_layout(ndl, gl.SliceLayout(1, mma_a))[:, None], 0.0)
+        gq += ndl[:, None] * zq[None, :]
+        gq = warpgroup_mma(gl.convert_layout(ds.to(gl.bfloat16), a_op), kf_s, gq, is_async=True)
+        gq, S = warpgroup_mma_wait(0, deps=(gq, S))
+        hi = S.to(gl.bfloat16)  # the halves of this chunk's gq have been read: they may be replaced
+        sh_s.store(hi)
+        sl_s.store((S - hi.to(gl.float32)).to(gl.bfloat16))
+        fence_async_shared()
+        dq = gq * (scale * inv)[:, None]
+        if FEAT != 1:
+            dq = dq * _dphi(q_s.index(slot).load(mma).to(gl.float32), FEAT)
+        d_mask = (rows < N)[:, None] & (oj < D)[None, :]
+        gl.store(dqb + rows[:, None].to(gl.int64) * sdq_n + oj[None, :], dq.to(gl.bfloat16), mask=d_mask)
+    cp.wait_group(0)  # no copy may still target shared memory as the program exits
+    _launch_dependents()  # last: the next kernel may be scheduled as this grid drains
+
+
+@gluon.jit
+def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
+                  H, HKV, N, D, DV, DS, DVS, G, L, normalize, has_r, scale,
+                  sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, so_b, so_h, so_n,
+                  sr_bh, sr_g, srz_bh, srz_g,
+                  C: gl.constexpr, BK: gl.constexpr, FEAT: gl.constexpr, STAGES: gl.constexpr, DK: gl.constexpr):
+    """The reverse walk of la_bwd_dv_kernel (DK = 0: dv into out_ptr) or la_bwd_dk_kernel (DK = 1:
+    dk) over (chunk, query head of the group) pairs, later chunks first, from the reverse state
+    R (and rho for dk) at segment g; all of F and Dv (BK each) in one program. Per pair, with
+    qg = qf / den (padded feature columns zeroed: elu+1 maps them to 1) and R's bf16 hi and lo
+    halves in shared memory:
+        dv: acc = kf R (first head),  at = kf qg^T,  acc += triu(at) dout
+        dk: acc = v R^T + rho (first head),  dst = v dout^T,  acc += (triu(dst + r^T)) qg
+        R += qg^T dout (issued with the products above),  dk: rho += qg^T r
+    and the group's last head stores acc (dk through phi'(k))."""
+    NW: gl.constexpr = gl.num_warps()
+    WN: gl.constexpr = NW // 4
+    TK: gl.constexpr = BK // 8 if BK // 8 < 32 else 32
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TK, TK], [NW, 1], [1, 0])
+    mma_a: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN], instr_shape=[16, C // WN, 16])
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN], instr_shape=[16, BK // WN, 16])
+    a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    nv: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    raw: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+
+    n_rep = H // HKV
+    pid = gl.program_id(0)
+    g = pid % G
+    bk = pid // G
+    b = (bk // HKV).to(gl.int64)
+    hk = bk % HKV
+    kb = k_ptr + b * sk_b + hk * sk_h
+    vb = v_ptr + b * sv_b + hk * sv_h
+    ob = out_ptr + b * so_b + hk * so_h
+
+    TS: gl.constexpr = BK // 4 if BK // 4 < 32 else 32
+    lds: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TS, TS], [NW, 1], [1, 0])
+    R0, rho = _segment_state(r_ptr, rz_ptr, bk, g, has_r, sr_bh, sr_g, srz_bh, srz_g, 0, DS, DVS, BK, BK, lds,
+                             gl.SliceLayout(0, ld))
+    R = gl.convert_layout(R0, mma)
+
+    q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
+    d_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], nv)
+    if DK:
+        v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], nv)
+    if (DK == 0) | (FEAT != 1):  # k: kf for dv, phi'(k) for dk (identity's is 1)
+        k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
+    if DK == 0:
+        kf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
+    qg_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
+    rh_s = gl.allocate_shared_memory(gl.bfloat16, [BK, BK], nv)
+    rl_s = gl.allocate_shared_memory(gl.bfloat16, [BK, BK], nv)
+
+    ci = gl.arange(0, C, layout=gl.SliceLayout(1, ld))
+    cd = gl.arange(0, BK, layout=gl.SliceLayout(0, ld))
+    s0 = g * L
+    n_ch = gl.cdiv(gl.minimum(s0 + L, N) - s0, C)
+    n_it = n_ch * n_rep
+    for i in gl.static_range(STAGES - 1):
+        ld_rows = s0 + (n_ch - 1 - i // n_rep) * C + ci
+        ld_h = hk * n_rep + i % n_rep
+        on = i < n_it
+        _issue_tile(q_s.index(i), q_ptr + b * sq_b + ld_h * sq_h, ld_rows, cd, N, D, sq_n, on)
+        _issue_tile(d_s.index(i), do_ptr + b * sd_b + ld_h * sd_h, ld_rows, cd, N, DV, sd_n, on)
+        if DK:
+            _issue_tile(v_s.index(i), vb, ld_rows, cd, N, DV, sv_n, on)
+        if (DK == 0) | (FEAT != 1):
+            _issue_tile(k_s.index(i), kb, ld_rows, cd, N, D, sk_n, on)
+        cp.commit_group()
+
+    hi = R.to(gl.bfloat16)
+    rh_s.store(hi)
+    rl_s.store((R - hi.to(gl.float32)).to(gl.bfloat16))
+    fence_async_shared()
+
+    ai = gl.arange(0, C, layout=gl.SliceLayout(1, mma_a))
+    aj = gl.arange(0, C, layout=gl.SliceLayout(0, mma_a))
+    later = aj[None, :] >= ai[:, None]  # [j, i]: query row i at or after key row j
+    oi = gl.arange(0, C, layout=gl.SliceLayout(1, mma))
+    oj = gl.arange(0, BK, layout=gl.SliceLayout(0, mma))
+    zero_o = gl.zeros([C, BK], gl.float32, mma)
+    zero_a = gl.zeros([C, C], gl.float32, mma_a)
+    f_on = gl.where(cd < D, 1.0, 0.0)
+    acc = zero_o
+    for it in range(n_it):
+        nxt = it + STAGES - 1
+        s_nxt = nxt % STAGES
+        ld_rows = s0 + (n_ch - 1 - nxt // n_rep) * C + ci
+        ld_h = hk * n_rep + nxt % n_rep
+        on = nxt < n_it
+        _issue_tile(q_s.index(s_nxt), q_ptr + b * sq_b + ld_h * sq_h, ld_rows, cd, N, D, sq_n, on)
+        _issue_tile(d_s.index(s_nxt), do_ptr + b * sd_b + ld_h * sd_h, ld_rows, cd, N, DV, sd_n, on)
+        if DK:
+            _issue_tile(v_s.index(s_nxt), vb, ld_rows, cd, N, DV, sv_n, on)
+        if (DK == 0) | (FEAT != 1):
+            _issue_tile(k_s.index(s_nxt), kb, ld_rows, cd, N, D, sk_n, on)
+        cp.commit_group()
+        cp.wait_group(STAGES - 1)  # this pair's copies have landed
+        slot = it % STAGES
+        rep = it % n_rep
+        bh = b * H + hk * n_rep + rep
+        c0 = s0 + (n_ch - 1 - it // n_rep) * C
+        inv_l, _ = _row_scales(den_ptr, dl_ptr, bh, c0 + ci, N, normalize)
+        qg = _phi(q_s.index(slot).load(ld).to(gl.float32), FEAT) * f_on[None, :] * (scale * inv_l)[:, None]
+        qg_s.store(qg.to(gl.bfloat16))
+        dt = d_s.index(slot)
+        if DK:
+            _, ndl_l = _row_scales(den_ptr, dl_ptr, bh, c0 + ci, N, normalize)
+            _, ndl_a = _row_scales(den_ptr, dl_ptr, bh, c0 + aj, N, normalize)
+            fence_async_shared()
+            vt = v_s.index(slot)
+            if rep == 0:
+                acc = warpgroup_mma(vt, rh_s.permute((1, 0)), zero_o, use_acc=False)
+                acc = warpgroup_mma(vt, rl_s.permute((1, 0)), acc)
+                acc += gl.convert_layout(rho, gl.SliceLayout(0, mma))[None, :]
+            pr = warpgroup_mma(vt, dt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+        else:
+            kf_s.store(_phi(k_s.index(slot).load(ld).to(gl.float32), FEAT).to(gl.bfloat16))
+            fence_async_shared()
+            if rep == 0:
+                acc = warpgroup_mma(kf_s, rh_s, zero_o, use_acc=False)
+                acc = warpgroup_mma(kf_s, rl_s, acc)
+            pr = warpgroup_mma(kf_s, qg_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+        R = warpgroup_mma(qg_s.permute((1, 0)), dt, R, is_async=True)
+        pr = warpgroup_mma_wait(1, deps=(pr,))  # the state update may still run
+        if DK:
+            pr = gl.where(later, pr + ndl_a[None, :], 0.0)
+            acc = warpgroup_mma(gl.convert_layout(pr.to(gl.bfloat16), a_op), qg_s, acc, is_async=True)
+            rho += gl.sum(qg * ndl_l[:, None], 0)
+        else:
+            pr = gl.where(later, pr, 0.0)
+            acc = warpgroup_mma(gl.convert_layout(pr.to(gl.bfloat16), a_op), dt, acc, is_async=True)
+        acc, R = warpgroup_mma_wait(0, deps=(acc, R))
+        hi = R.to(gl.bfloat16)  # the halves' readers have completed: they may be replaced
+        rh_s.store(hi)
+        rl_s.store((R - hi.to(gl.float32)).to(gl.bfloat16))
+        fence_async_shared()
+        if rep == n_rep - 1:  # the group's last head: the rows are complete
+            rows = c0 + oi
+            if DK:
+                out = acc
+                if FEAT != 1:
+                    out = out * _dphi(k_s.index(slot).load(mma).to(gl.float32), FEAT)
+                o_mask = (rows < N)[:, None] & (oj < D)[None, :]
+            else:
+                out = acc
+                o_mask = (rows < N)[:, None] & (oj < DV)[None, :]
+            gl.store(ob + rows[:, None].to(gl.int64) * so_n + oj[None, :], out.to(gl.bfloat16), mask=o_mask)
+    cp.wait_group(0)  # no copy may still target shared memory as the program exits
+
+
+@gluon.jit
+def la_bwd_dv_wgmma_kernel(
+    q_ptr, k_ptr, do_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, den_ptr,
+    H, HKV, N, D, DV, DS, DVS, G, L,
+    phi_kind, normalize, n_parts, has_r,
+    scale,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sd_b, sd_h, sd_n, sdv_b, sdv_h, sdv_n,
+    sw_b, sr_bh, sr_g,
+    C: gl.constexpr, CAUSAL: gl.constexpr, BK: gl.constexpr, BT: gl.constexpr, PREC: gl.constexpr,
+    FEAT: gl.constexpr, STAGES: gl.constexpr,
+):
+    """la_bwd_dv_kernel's arguments (causal); wc, ws, phi_kind and n_parts are unused. All of Dv in
+    one program: grid G x B*Hkv (fastest first)."""
+    gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0, "the causal bf16 dv with one feature part")
+    gl.static_assert(C == 64 and BK == BT and BK >= 64, "64-row chunks, as many features as value columns")
+    _wait_for_primary()  # first: R and den are the previous kernels' outputs
+    _reverse_walk(q_ptr, k_ptr, k_ptr, do_ptr, dv_ptr, r_ptr, r_ptr, den_ptr, den_ptr,
+                  H, HKV, N, D, DV, DS, DVS, G, L, normalize, has_r, scale,
+                  sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sk_b, sk_h, sk_n, sd_b, sd_h, sd_n, sdv_b, sdv_h, sdv_n,
+                  sr_bh, sr_g, 0, 0, C, BK, FEAT, STAGES, 0)
+    _launch_dependents()  # last: the next kernel may be scheduled as this grid drains
+
+
+@gluon.jit
+def la_bwd_dk_wgmma_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
+    H, HKV, N, D, DV, DS, DVS, G, L,
+    phi_kind, normalize, n_parts, has_r,
+    scale,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdk_b, sdk_h, sdk_n,
+    sdv_b, sdv_h, sdv_n,
+    sw_b, sr_bh, sr_g, srz_bh, srz_g,
+    C: gl.constexpr, CAUSAL: gl.constexpr, BF: gl.constexpr, BKV: gl.constexpr, PREC: gl.constexpr,
+    FEAT: gl.constexpr, WITH_DV: gl.constexpr, STAGES: gl.constexpr,
+):
+    """la_bwd_dk_kernel's arguments (causal, WITH_DV = 0: dv_ptr unused); wc, ws, phi_kind and
+    n_parts are unused. All of F in one program: grid G x B*Hkv (fastest first)."""
+    gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0 and WITH_DV == 0, "the causal bf16 dk with one part")
+    gl.static_assert(C == 64 and BF == BKV and BF >= 64, "64-row chunks, as many features as value columns")
+    _wait_for_primary()  # first: R, rho, den and dl are the previous kernels' outputs
+    _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
+                  H, HKV, N, D, DV, DS, DVS, G, L, normalize, has_r, scale,
+                  sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdk_b, sdk_h, sdk_n,
+                  sr_bh, sr_g, srz_bh, srz_g, C, BF, FEAT, STAGES, 1)
+    _launch_dependents()  # last: the next kernel may be scheduled as this grid drains
