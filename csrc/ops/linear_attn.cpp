@@ -468,7 +468,7 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   p.fold_bwd = p.fold_fwd && c_dq.BF <= kFoldMaxBlock && bkv <= kFoldMaxBlock;
   const aot::LaFwdWgmmaKey wgmma_key{p.dtype, p.bk, causal, p.feat, 0};
   const int64_t c_wgmma = aot::la_fwd_wgmma_built(wgmma_key) ? aot::la_fwd_wgmma_constexprs(wgmma_key).C : 1;
-  const aot::LaBwdDqWgmmaKey dq_wgmma_key{p.dtype, bkv, causal, p.feat};
+  const aot::LaBwdDqWgmmaKey dq_wgmma_key{p.dtype, bkv, causal, p.feat, 0};
   const int64_t c_dq_wgmma =
       aot::la_bwd_dq_wgmma_built(dq_wgmma_key) ? aot::la_bwd_dq_wgmma_constexprs(dq_wgmma_key).C : 1;
   const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value, c_wgmma, c_dq_wgmma});
@@ -746,16 +746,24 @@ BwdResult bwd_cuda(
   const int64_t bkv = block_for(p.dtype, p.dvp);
   const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat, 0}).BF;
   const int64_t nf = ceil_div(p.dp, bf / sh.parts);
-  // Where one dq program holds all of F (and all of Dv), it computes its rows' den and dout . out
-  // itself (STATS) instead of a stats pass that reads q, k, v and dout a second time.
-  const aot::LaBwdDqKey dq_key{p.dtype, bkv, causal, p.feat,
-                               phi.normalize && nf == 1 && aot::la_bwd_dq_built({p.dtype, bkv, causal, p.feat, 1})};
+  // la_bwd_dq_wgmma (one program for all of F and Dv, spec.py WGMMA_BWD_TILES) where it is built for
+  // this device and D and Dv take the same block, else the Triton kernel over feature tiles. Where
+  // one dq program holds all of F (and all of Dv) and its variant is built (STATS: spec.py
+  // WGMMA_FUSED for Gluon's, FUSED_BLOCK for Triton's), it computes its rows' den and dout . out
+  // itself instead of a stats pass that reads q, k, v and dout a second time.
+  const aot::LaBwdDqWgmmaKey dq_wgmma_key{
+      p.dtype, bkv, causal, p.feat, phi.normalize && aot::la_bwd_dq_wgmma_built({p.dtype, bkv, causal, p.feat, 1})};
+  const bool wgmma_dq = p.bk == bkv && aot::la_bwd_dq_wgmma_runs_on(dq_wgmma_key, q.get_device());
+  const aot::LaBwdDqKey dq_key{
+      p.dtype, bkv, causal, p.feat,
+      !wgmma_dq && phi.normalize && nf == 1 && aot::la_bwd_dq_built({p.dtype, bkv, causal, p.feat, 1})};
+  const bool stats_in_dq = wgmma_dq ? dq_wgmma_key.STATS != 0 : dq_key.STATS != 0;
   Tensor den, dl;
   if (phi.normalize) {
     den = at::empty({sh.b, sh.h, sh.n}, f32);
-    dl = at::empty({sh.b, sh.h, dq_key.STATS ? 1 : p.nt, sh.n}, f32);
+    dl = at::empty({sh.b, sh.h, stats_in_dq ? 1 : p.nt, sh.n}, f32);
   }
-  if (phi.normalize && !dq_key.STATS) {
+  if (phi.normalize && !stats_in_dq) {
     // The forward's walk with stats = 1, in either forward kernel (as in fwd_cuda).
     const auto stats = [&](auto launch, const auto& key) {
       launch(key, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"), p.q.const_data_ptr(),
@@ -780,9 +788,7 @@ BwdResult bwd_cuda(
   void* den_ptr = phi.normalize ? den.mutable_data_ptr() : nullptr;
   void* dl_ptr = phi.normalize ? dl.mutable_data_ptr() : nullptr;
   Tensor dq = kernel_output(sh.b, sh.h, sh.n, p.dp, q);
-  // Both dq kernels take the same arguments; la_bwd_dq_wgmma (one program for all of F and Dv,
-  // spec.py WGMMA_BWD_TILES) where it is built for this device and D and Dv take the same block,
-  // else the feature tiles'.
+  // Both dq kernels take the same arguments.
   const auto dq_walk = [&](auto launch, const auto& key, int64_t n_tiles) {
     launch(key, config(q, n_tiles * sh.h * p.g * sh.b, "linear_attn_bwd dq"), p.q.const_data_ptr(),
            p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), dq.mutable_data_ptr(), p.w.c(), p.w.s(),
@@ -792,9 +798,6 @@ BwdResult bwd_cuda(
            st(dout, 0), st(dout, 1), st(dout, 2), st(dq, 0), st(dq, 1), st(dq, 2), p.w.stride_b, seg.s_bh, seg.s_g,
            seg.z_bh, seg.z_g);
   };
-  const aot::LaBwdDqWgmmaKey dq_wgmma_key{p.dtype, bkv, causal, p.feat};
-  const bool wgmma_dq =
-      !dq_key.STATS && p.bk == bkv && aot::la_bwd_dq_wgmma_runs_on(dq_wgmma_key, q.get_device());
   if (wgmma_dq) {
     dq_walk(aot::la_bwd_dq_wgmma, dq_wgmma_key, 1);
   } else {
@@ -827,14 +830,17 @@ BwdResult bwd_cuda(
   }
   Tensor dk = kernel_output(sh.b, sh.hkv, sh.n, p.dp, k);
   Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
-  // Where one dk program holds all of F, it computes dv as well (WITH_DV): the dv pass would read
-  // q, k and grad_out again and repeat the reverse state's update.
-  const bool dv_in_dk = nf == 1 && aot::la_bwd_dk_built({p.dtype, bkv, causal, p.feat, 1});
   // The Gluon dv and dk (one program for all of Dv or F) beside dq's (wgmma_dq), Triton's elsewhere.
-  const aot::LaBwdDvWgmmaKey dv_wgmma_key{p.dtype, p.bk, causal, p.feat};
-  const aot::LaBwdDkWgmmaKey dk_wgmma_key{p.dtype, bkv, causal, p.feat};
-  const bool wgmma_dv = wgmma_dq && aot::la_bwd_dv_wgmma_runs_on(dv_wgmma_key, q.get_device());
+  // Where a dk program holds all of F and its variant is built (WITH_DV: spec.py FUSED_BLOCK for
+  // Triton's, WGMMA_DV_IN_DK for Gluon's), it computes dv as well: the dv pass would read q, k and
+  // grad_out again and repeat the reverse state's update.
+  const aot::LaBwdDkWgmmaKey dk_wgmma_key{p.dtype, bkv, causal, p.feat,
+                                          aot::la_bwd_dk_wgmma_built({p.dtype, bkv, causal, p.feat, 1})};
   const bool wgmma_dk = wgmma_dq && aot::la_bwd_dk_wgmma_runs_on(dk_wgmma_key, q.get_device());
+  const bool dv_in_dk = wgmma_dk ? dk_wgmma_key.WITH_DV != 0
+                                 : nf == 1 && aot::la_bwd_dk_built({p.dtype, bkv, causal, p.feat, 1});
+  const aot::LaBwdDvWgmmaKey dv_wgmma_key{p.dtype, p.bk, causal, p.feat};
+  const bool wgmma_dv = wgmma_dq && !dv_in_dk && aot::la_bwd_dv_wgmma_runs_on(dv_wgmma_key, q.get_device());
   const auto dv_walk = [&](auto launch, const auto& key, int64_t n_tiles) {
     launch(key, config(q, n_tiles * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"), p.q.const_data_ptr(),
            p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, den_ptr, sh.h,
@@ -857,7 +863,7 @@ BwdResult bwd_cuda(
            rev.s_g, rev.z_bh, rev.z_g);
   };
   if (wgmma_dk) {
-    dk_walk(aot::la_bwd_dk_wgmma, dk_wgmma_key, 1, "linear_attn_bwd dk");
+    dk_walk(aot::la_bwd_dk_wgmma, dk_wgmma_key, 1, dv_in_dk ? "linear_attn_bwd dk and dv" : "linear_attn_bwd dk");
   } else {
     dk_walk(aot::la_bwd_dk, aot::LaBwdDkKey{p.dtype, bkv, causal, p.feat, dv_in_dk}, nf,
             dv_in_dk ? "linear_attn_bwd dk and dv" : "linear_attn_bwd dk");

@@ -385,14 +385,17 @@ def test_wgmma_walk_where_it_is_built(d):
 
 
 @pytest.mark.parametrize("phi", PHIS)
-def test_wgmma_backward_where_it_is_built(phi):
-    """At 128 features and value columns the causal bf16 backward with one feature part walks in
-    la_bwd_{dq,dv,dk}_wgmma_kernel, and la_fwd_wgmma_kernel's stats variant gives den and dout . out
-    (normalized maps), on sm_90; in la_bwd_{dq,dv,dk}_kernel and la_fwd_kernel elsewhere. Several segments, an
+@pytest.mark.parametrize("d, dv", [(112, 120), (48, 60)])
+def test_wgmma_backward_where_it_is_built(phi, d, dv):
+    """At 64 and 128 features and value columns the causal bf16 backward with one feature part walks
+    in la_bwd_{dq,dv,dk}_wgmma_kernel on sm_90, in la_bwd_{dq,dv,dk}_kernel elsewhere. At 128 the
+    stats (den and dout . out, normalized maps) come from the forward kernel's stats variant; at 64
+    dq computes them and dk computes dv (no stats or dv pass), in either build. Several segments, an
     initial state, the final state's gradient and the initial one's, GQA, N off the chunk, D and Dv
     padded, scale, against float64."""
     hopper = torch.cuda.get_device_capability() == (9, 0)
-    b, h, hkv, n, d, dv = 1, 4, 2, 2 * 4096 + 77, 112, 120
+    wide = d > 64
+    b, h, hkv, n = 1, 4, 2, 2 * 4096 + 77
     q, k, v = make(b, h, hkv, n, d, dv, torch.bfloat16, phi=phi)
     g = torch.Generator(device="cuda").manual_seed(5)
     s0 = torch.randn(b, hkv, d, dv, device="cuda", generator=g).requires_grad_()
@@ -403,11 +406,14 @@ def test_wgmma_backward_where_it_is_built(phi):
     grad_state = (torch.randn_like(st.S), torch.randn_like(st.z))  # z0 reaches only z under softmax_free
     poison_allocator()
     names = _cuda_kernels(lambda: torch.autograd.backward([out, st.S, st.z], [grad_out, *grad_state]))
-    for walk in ("dq", "dv", "dk"):
+    for walk in ("dq", "dk"):
         assert (f"la_bwd_{walk}_wgmma_kernel" in names) == hopper, names
         assert (f"la_bwd_{walk}_kernel" in names) != hopper, names
-    normalized = phi != "softmax_free"
-    assert ("la_fwd_wgmma_kernel" in names) == (hopper and normalized), names
+    assert ("la_bwd_dv_wgmma_kernel" in names) == (hopper and wide), names
+    assert ("la_bwd_dv_kernel" in names) == (not hopper and wide), names
+    stats_pass = phi != "softmax_free" and wide
+    assert ("la_fwd_wgmma_kernel" in names) == (hopper and stats_pass), names
+    assert ("la_fwd_kernel" in names) == (not hopper and stats_pass), names
     ref, _, grads = reference(q, k, v, phi, True, None, None, 0.6, s0, z0, grad_out, grad_state)
     assert_close("out", out, ref, torch.bfloat16)
     for name, leaf, r in zip(("dq", "dk", "dv", "dS0", "dz0"), (*leaves, s0, z0), grads):

@@ -1,14 +1,17 @@
 """The causal backward's walks in Gluon, for Hopper (sm_90a only): dq (la_bwd_dq_kernel's arguments
-and results, STATS = 0: den and dl come from the stats pass), dv (la_bwd_dv_kernel's) and dk
-(la_bwd_dk_kernel's, WITH_DV = 0), for bf16 tensors with one feature part (FEAT > 0) at 128
-features and value columns. One program holds all of F and all of Dv, so each grid has one tile:
+and results: den and dl from the stats pass, or under STATS computed and written here), dv
+(la_bwd_dv_kernel's) and dk (la_bwd_dk_kernel's: under WITH_DV dv too), for bf16 tensors with one
+feature part (FEAT > 0) at 64 and 128 features and value columns (spec.py WGMMA_BWD_TILES; STATS and
+WITH_DV at 64, WGMMA_FUSED). One program holds all of F and all of Dv, so each grid has one tile:
 (H / Hkv) x G x B*Hkv for dq, G x B*Hkv for dv and dk. csrc/ops/linear_attn.cpp takes them where they
 are built for the device (and D and Dv take the same block) and keeps the Triton kernels elsewhere.
 
 Why: at 128 features the Triton dq and dk tile F by 32 and dv tiles Dv by 64 (wider tiles spill), so
 each row block is read and its products recomputed by two to four programs, and the intra-chunk dots
 run as mma.sync; fwd_wgmma.py's reasons, and its remedy: 64-row chunks, every product a wgmma,
-independent ones issued together.
+independent ones issued together. At 64 the Triton kernels already hold all of F (and fuse the
+same way), but each tl.dot waits for its product: on the H200 at B4 H16 N4096 D64, dq with the
+stats 126.6 -> 97.2 us and dk with dv 127.6 -> 115.0 us here.
 
 dq, per chunk of C rows in forward order, with S, z the forward state before the chunk (S's bf16 hi
 and lo halves in shared memory: one bf16 rounding of S costs dq of the normalized maps the whole
@@ -16,6 +19,8 @@ bf16 tolerance, kernels._mm_state), g_i = dout_i / den_i and r_i = -(dout_i . ou
     gq = dout S^T,  ds = dout v^T,  S += kf^T v          (issued together)
     gq += r z^T + (tril(ds) + r) kf                      (1 / den_i left to the store)
     dq = gq * scale / den_i * phi'(q)
+STATS adds the forward's products (fwd_wgmma._chunk: qf S, tril(qf kf^T) and den) to dq's chunk,
+so that dq needs no stats pass; S's hi half is then the forward's bf16 rounding of S.
 dv and dk: _reverse_walk (later chunks first, each chunk once per query head of the kv head).
 Rows past N and padded feature columns load as zeros. Only elu+1's padded columns of qg need zeroing
 (the reverse walks contract over features with them); otherwise a padded column of kf or qg reaches
@@ -29,7 +34,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-from triton_src.linear_attn.fwd_wgmma import _issue_tile, _launch_dependents, _phi, _segment_state, _wait_for_primary
+from triton_src.linear_attn.fwd_wgmma import _chunk, _issue_tile, _launch_dependents, _phi, _start_state, _wait_for_primary
 
 
 @gluon.jit
@@ -62,10 +67,11 @@ def la_bwd_dq_wgmma_kernel(
     C: gl.constexpr, CAUSAL: gl.constexpr, BF: gl.constexpr, BKV: gl.constexpr, PREC: gl.constexpr,
     FEAT: gl.constexpr, STATS: gl.constexpr, STAGES: gl.constexpr,
 ):
-    """la_bwd_dq_kernel's arguments; wc, ws, phi_kind, n_parts and eps are unused (one part, the map
-    compiled in, STATS = 0). Grid: (H / Hkv) x G x B*Hkv (fastest first)."""
-    gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0 and STATS == 0,
-                     "the causal bf16 dq with one feature part, den and dl from the stats pass")
+    """la_bwd_dq_kernel's arguments; wc, ws, phi_kind and n_parts are unused (one part, the map
+    compiled in). STATS = 0: den and dl come from the stats pass (eps unused); STATS = 1 (normalized
+    maps): the program computes and writes them itself, as la_bwd_dq_kernel's STATS. Grid:
+    (H / Hkv) x G x B*Hkv (fastest first)."""
+    gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0, "the causal bf16 dq with one feature part")
     gl.static_assert(C == 64 and BF == BKV and BF >= 64, "64-row chunks, as many features as value columns")
     _wait_for_primary()  # first: the state, den and dl below are the previous kernels' outputs
     NW: gl.constexpr = gl.num_warps()
@@ -94,19 +100,17 @@ def la_bwd_dq_wgmma_kernel(
     db = do_ptr + b * sd_b + h * sd_h
     dqb = dq_ptr + b * sdq_b + h * sdq_h
 
-    # Loaded in a blocked layout and converted before the buffers exist (fwd_wgmma.py: the
-    # accumulator layout's offsets stayed live through the loop there).
-    TS: gl.constexpr = BKV // 4 if BKV // 4 < 32 else 32
-    lds: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TS, TS], [NW, 1], [1, 0])
-    S0, z = _segment_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, 0, DS, DVS, BF, BKV, lds,
-                           gl.SliceLayout(0, ld))
-    S = gl.convert_layout(S0, mma)
+    S, z = _start_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, 0, DS, DVS, BF, BKV, mma,
+                        gl.SliceLayout(0, ld))
 
     k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BF], raw)
     v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BKV], nv)
     d_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BKV], nv)
-    if FEAT != 1:  # q only for phi'(q): identity's is 1
+    Q_ON: gl.constexpr = (FEAT != 1) | (STATS != 0)  # q for phi'(q) (identity's is 1) and the stats' qf
+    if Q_ON:
         q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BF], raw)
+    if STATS:
+        qf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BF], nv)
     kf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BF], nv)
     sh_s = gl.allocate_shared_memory(gl.bfloat16, [BF, BKV], nv)
     sl_s = gl.allocate_shared_memory(gl.bfloat16, [BF, BKV], nv)
@@ -120,7 +124,7 @@ def la_bwd_dq_wgmma_kernel(
         _issue_tile(k_s.index(i), kb, ld_rows, cd, N, D, sk_n, i < n_chunks)
         _issue_tile(v_s.index(i), vb, ld_rows, cd, N, DV, sv_n, i < n_chunks)
         _issue_tile(d_s.index(i), db, ld_rows, cd, N, DV, sd_n, i < n_chunks)
-        if FEAT != 1:
+        if Q_ON:
             _issue_tile(q_s.index(i), qb, ld_rows, cd, N, D, sq_n, i < n_chunks)
         cp.commit_group()
 
@@ -136,6 +140,7 @@ def la_bwd_dq_wgmma_kernel(
     oj = gl.arange(0, BF, layout=gl.SliceLayout(0, mma))
     zero_q = gl.zeros([C, BF], gl.float32, mma)
     zero_a = gl.zeros([C, C], gl.float32, mma_a)
+    f_on = gl.where(cd < D, 1.0, 0.0)
     for it in range(n_chunks):
         nxt = it + STAGES - 1
         s_nxt = nxt % STAGES
@@ -143,33 +148,59 @@ def la_bwd_dq_wgmma_kernel(
         _issue_tile(k_s.index(s_nxt), kb, ld_rows, cd, N, D, sk_n, nxt < n_chunks)
         _issue_tile(v_s.index(s_nxt), vb, ld_rows, cd, N, DV, sv_n, nxt < n_chunks)
         _issue_tile(d_s.index(s_nxt), db, ld_rows, cd, N, DV, sd_n, nxt < n_chunks)
-        if FEAT != 1:
+        if Q_ON:
             _issue_tile(q_s.index(s_nxt), qb, ld_rows, cd, N, D, sq_n, nxt < n_chunks)
         cp.commit_group()
         cp.wait_group(STAGES - 1)  # this chunk's copies have landed
         slot = it % STAGES
         kf = _phi(k_s.index(slot).load(ld).to(gl.float32), FEAT)
-        kf_s.store(kf.to(gl.bfloat16))
-        fence_async_shared()
         dt = d_s.index(slot)
         vt = v_s.index(slot)
-        gq = warpgroup_mma(dt, sh_s.permute((1, 0)), zero_q, use_acc=False, is_async=True)
-        gq = warpgroup_mma(dt, sl_s.permute((1, 0)), gq, is_async=True)
-        ds = warpgroup_mma(dt, vt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
-        S = warpgroup_mma(kf_s.permute((1, 0)), vt, S, is_async=True)
         rows = r0 + it * C + oi
-        inv, ndl = _row_scales(den_ptr, dl_ptr, bh, rows, N, normalize)
-        zq = gl.convert_layout(z, gl.SliceLayout(0, mma))  # z before this chunk
-        z += gl.sum(kf, 0)
-        gq, ds = warpgroup_mma_wait(1, deps=(gq, ds))  # the state update may still run
+        if STATS:
+            zq = gl.convert_layout(z, gl.SliceLayout(0, mma))  # z before this chunk
+            gq = warpgroup_mma(dt, sh_s.permute((1, 0)), zero_q, use_acc=False, is_async=True)
+            gq = warpgroup_mma(dt, sl_s.permute((1, 0)), gq, is_async=True)
+            ds = warpgroup_mma(dt, vt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+            # The forward's products for the rows' outputs and den (stores qf and kf, updates S and
+            # z, waits for every product above, and leaves S's bf16 rounding, its hi half, in sh_s).
+            qf = _phi(q_s.index(slot).load(ld).to(gl.float32), FEAT)
+            if FEAT == 2:  # elu+1 maps the zeros loaded for padding to 1
+                qf = qf * f_on[None, :]
+            o, S, z, den = _chunk(qf, kf, qf_s, kf_s, sh_s, vt, S, z, zero_q, zero_a, causal, a_op, row)
+            sl_s.store((S - S.to(gl.bfloat16).to(gl.float32)).to(gl.bfloat16))
+            gq, ds = warpgroup_mma_wait(0, deps=(gq, ds))
+            # la_fwd_wgmma_kernel's stats: den_i with eps, and dl_i = dout_i . out_i.
+            den = den * scale + eps
+            inv = 1.0 / den
+            dl = gl.sum(dt.load(mma).to(gl.float32) * o, 1) * (scale * inv)
+            r_ok = rows < N
+            gl.store(den_ptr + bh * N + rows, den, mask=r_ok)
+            gl.store(dl_ptr + bh * N + rows, dl, mask=r_ok)
+            ndl = -dl
+        else:
+            kf_s.store(kf.to(gl.bfloat16))
+            fence_async_shared()
+            gq = warpgroup_mma(dt, sh_s.permute((1, 0)), zero_q, use_acc=False, is_async=True)
+            gq = warpgroup_mma(dt, sl_s.permute((1, 0)), gq, is_async=True)
+            ds = warpgroup_mma(dt, vt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+            S = warpgroup_mma(kf_s.permute((1, 0)), vt, S, is_async=True)
+            inv, ndl = _row_scales(den_ptr, dl_ptr, bh, rows, N, normalize)
+            zq = gl.convert_layout(z, gl.SliceLayout(0, mma))
+            z += gl.sum(kf, 0)
+            gq, ds = warpgroup_mma_wait(1, deps=(gq, ds))  # the state update may still run
         ds = gl.where(causal, ds + gl.convert_layout(ndl, gl.SliceLayout(1, mma_a))[:, None], 0.0)
         gq += ndl[:, None] * zq[None, :]
         gq = warpgroup_mma(gl.convert_layout(ds.to(gl.bfloat16), a_op), kf_s, gq, is_async=True)
-        gq, S = warpgroup_mma_wait(0, deps=(gq, S))
-        hi = S.to(gl.bfloat16)  # the halves of this chunk's gq have been read: they may be replaced
-        sh_s.store(hi)
-        sl_s.store((S - hi.to(gl.float32)).to(gl.bfloat16))
-        fence_async_shared()
+        if STATS:  # S's halves were replaced above, after gq's products had read them
+            gq = warpgroup_mma_wait(0, deps=(gq,))
+            fence_async_shared()
+        else:
+            gq, S = warpgroup_mma_wait(0, deps=(gq, S))
+            hi = S.to(gl.bfloat16)  # the halves of this chunk's gq have been read: they may be replaced
+            sh_s.store(hi)
+            sl_s.store((S - hi.to(gl.float32)).to(gl.bfloat16))
+            fence_async_shared()
         dq = gq * (scale * inv)[:, None]
         if FEAT != 1:
             dq = dq * _dphi(q_s.index(slot).load(mma).to(gl.float32), FEAT)
@@ -180,20 +211,22 @@ def la_bwd_dq_wgmma_kernel(
 
 
 @gluon.jit
-def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
+def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
                   H, HKV, N, D, DV, DS, DVS, G, L, normalize, has_r, scale,
                   sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, so_b, so_h, so_n,
-                  sr_bh, sr_g, srz_bh, srz_g,
-                  C: gl.constexpr, BK: gl.constexpr, FEAT: gl.constexpr, STAGES: gl.constexpr, DK: gl.constexpr):
+                  sdv_b, sdv_h, sdv_n, sr_bh, sr_g, srz_bh, srz_g,
+                  C: gl.constexpr, BK: gl.constexpr, FEAT: gl.constexpr, STAGES: gl.constexpr, DK: gl.constexpr,
+                  WITH_DV: gl.constexpr):
     """The reverse walk of la_bwd_dv_kernel (DK = 0: dv into out_ptr) or la_bwd_dk_kernel (DK = 1:
-    dk) over (chunk, query head of the group) pairs, later chunks first, from the reverse state
-    R (and rho for dk) at segment g; all of F and Dv (BK each) in one program. Per pair, with
-    qg = qf / den (padded feature columns zeroed: elu+1 maps them to 1) and R's bf16 hi and lo
-    halves in shared memory:
+    dk, and dv into dv_ptr under WITH_DV) over (chunk, query head of the group) pairs, later chunks
+    first, from the reverse state R (and rho for dk) at segment g; all of F and Dv (BK each) in one
+    program. Per pair, with qg = qf / den (padded feature columns zeroed: elu+1 maps them to 1) and
+    R's bf16 hi and lo halves in shared memory:
         dv: acc = kf R (first head),  at = kf qg^T,  acc += triu(at) dout
         dk: acc = v R^T + rho (first head),  dst = v dout^T,  acc += (triu(dst + r^T)) qg
         R += qg^T dout (issued with the products above),  dk: rho += qg^T r
-    and the group's last head stores acc (dk through phi'(k))."""
+    and the group's last head stores acc (dk through phi'(k)). WITH_DV runs both accumulators in one
+    walk: the dv pass would read q, k and grad_out again and repeat R's update."""
     NW: gl.constexpr = gl.num_warps()
     WN: gl.constexpr = NW // 4
     TK: gl.constexpr = BK // 8 if BK // 8 < 32 else 32
@@ -214,19 +247,17 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, r_ptr, rz_ptr, den_ptr, 
     vb = v_ptr + b * sv_b + hk * sv_h
     ob = out_ptr + b * so_b + hk * so_h
 
-    TS: gl.constexpr = BK // 4 if BK // 4 < 32 else 32
-    lds: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TS, TS], [NW, 1], [1, 0])
-    R0, rho = _segment_state(r_ptr, rz_ptr, bk, g, has_r, sr_bh, sr_g, srz_bh, srz_g, 0, DS, DVS, BK, BK, lds,
-                             gl.SliceLayout(0, ld))
-    R = gl.convert_layout(R0, mma)
+    R, rho = _start_state(r_ptr, rz_ptr, bk, g, has_r, sr_bh, sr_g, srz_bh, srz_g, 0, DS, DVS, BK, BK, mma,
+                          gl.SliceLayout(0, ld))
 
     q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
     d_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], nv)
     if DK:
         v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], nv)
-    if (DK == 0) | (FEAT != 1):  # k: kf for dv, phi'(k) for dk (identity's is 1)
+    DV_ON: gl.constexpr = (DK == 0) | (WITH_DV != 0)  # this walk computes dv
+    if DV_ON | (FEAT != 1):  # k: kf for dv, phi'(k) for dk (identity's is 1)
         k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
-    if DK == 0:
+    if DV_ON:
         kf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
     qg_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
     rh_s = gl.allocate_shared_memory(gl.bfloat16, [BK, BK], nv)
@@ -245,7 +276,7 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, r_ptr, rz_ptr, den_ptr, 
         _issue_tile(d_s.index(i), do_ptr + b * sd_b + ld_h * sd_h, ld_rows, cd, N, DV, sd_n, on)
         if DK:
             _issue_tile(v_s.index(i), vb, ld_rows, cd, N, DV, sv_n, on)
-        if (DK == 0) | (FEAT != 1):
+        if DV_ON | (FEAT != 1):
             _issue_tile(k_s.index(i), kb, ld_rows, cd, N, D, sk_n, on)
         cp.commit_group()
 
@@ -263,6 +294,8 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, r_ptr, rz_ptr, den_ptr, 
     zero_a = gl.zeros([C, C], gl.float32, mma_a)
     f_on = gl.where(cd < D, 1.0, 0.0)
     acc = zero_o
+    if WITH_DV:
+        acc_v = zero_o
     for it in range(n_it):
         nxt = it + STAGES - 1
         s_nxt = nxt % STAGES
@@ -273,7 +306,7 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, r_ptr, rz_ptr, den_ptr, 
         _issue_tile(d_s.index(s_nxt), do_ptr + b * sd_b + ld_h * sd_h, ld_rows, cd, N, DV, sd_n, on)
         if DK:
             _issue_tile(v_s.index(s_nxt), vb, ld_rows, cd, N, DV, sv_n, on)
-        if (DK == 0) | (FEAT != 1):
+        if DV_ON | (FEAT != 1):
             _issue_tile(k_s.index(s_nxt), kb, ld_rows, cd, N, D, sk_n, on)
         cp.commit_group()
         cp.wait_group(STAGES - 1)  # this pair's copies have landed
@@ -281,20 +314,28 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, r_ptr, rz_ptr, den_ptr, 
         rep = it % n_rep
         bh = b * H + hk * n_rep + rep
         c0 = s0 + (n_ch - 1 - it // n_rep) * C
-        inv_l, _ = _row_scales(den_ptr, dl_ptr, bh, c0 + ci, N, normalize)
+        inv_l, ndl_l = _row_scales(den_ptr, dl_ptr, bh, c0 + ci, N, normalize)
         qg = _phi(q_s.index(slot).load(ld).to(gl.float32), FEAT) * f_on[None, :] * (scale * inv_l)[:, None]
         qg_s.store(qg.to(gl.bfloat16))
         dt = d_s.index(slot)
         if DK:
-            _, ndl_l = _row_scales(den_ptr, dl_ptr, bh, c0 + ci, N, normalize)
+            rho_next = rho + gl.sum(qg * ndl_l[:, None], 0)  # here, so that qg is not live across the products
             _, ndl_a = _row_scales(den_ptr, dl_ptr, bh, c0 + aj, N, normalize)
+            if WITH_DV:
+                kf_s.store(_phi(k_s.index(slot).load(ld).to(gl.float32), FEAT).to(gl.bfloat16))
             fence_async_shared()
             vt = v_s.index(slot)
             if rep == 0:
                 acc = warpgroup_mma(vt, rh_s.permute((1, 0)), zero_o, use_acc=False)
                 acc = warpgroup_mma(vt, rl_s.permute((1, 0)), acc)
                 acc += gl.convert_layout(rho, gl.SliceLayout(0, mma))[None, :]
+                if WITH_DV:
+                    acc_v = warpgroup_mma(kf_s, rh_s, zero_o, use_acc=False)
+                    acc_v = warpgroup_mma(kf_s, rl_s, acc_v)
+            rho = rho_next
             pr = warpgroup_mma(vt, dt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+            if WITH_DV:
+                at = warpgroup_mma(kf_s, qg_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
         else:
             kf_s.store(_phi(k_s.index(slot).load(ld).to(gl.float32), FEAT).to(gl.bfloat16))
             fence_async_shared()
@@ -303,15 +344,23 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, r_ptr, rz_ptr, den_ptr, 
                 acc = warpgroup_mma(kf_s, rl_s, acc)
             pr = warpgroup_mma(kf_s, qg_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
         R = warpgroup_mma(qg_s.permute((1, 0)), dt, R, is_async=True)
-        pr = warpgroup_mma_wait(1, deps=(pr,))  # the state update may still run
+        if WITH_DV:
+            pr, at = warpgroup_mma_wait(1, deps=(pr, at))  # the state update may still run
+        else:
+            pr = warpgroup_mma_wait(1, deps=(pr,))
         if DK:
             pr = gl.where(later, pr + ndl_a[None, :], 0.0)
             acc = warpgroup_mma(gl.convert_layout(pr.to(gl.bfloat16), a_op), qg_s, acc, is_async=True)
-            rho += gl.sum(qg * ndl_l[:, None], 0)
+            if WITH_DV:
+                at = gl.where(later, at, 0.0)
+                acc_v = warpgroup_mma(gl.convert_layout(at.to(gl.bfloat16), a_op), dt, acc_v, is_async=True)
+                acc, acc_v, R = warpgroup_mma_wait(0, deps=(acc, acc_v, R))
+            else:
+                acc, R = warpgroup_mma_wait(0, deps=(acc, R))
         else:
             pr = gl.where(later, pr, 0.0)
             acc = warpgroup_mma(gl.convert_layout(pr.to(gl.bfloat16), a_op), dt, acc, is_async=True)
-        acc, R = warpgroup_mma_wait(0, deps=(acc, R))
+            acc, R = warpgroup_mma_wait(0, deps=(acc, R))
         hi = R.to(gl.bfloat16)  # the halves' readers have completed: they may be replaced
         rh_s.store(hi)
         rl_s.store((R - hi.to(gl.float32)).to(gl.bfloat16))
@@ -327,6 +376,10 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, r_ptr, rz_ptr, den_ptr, 
                 out = acc
                 o_mask = (rows < N)[:, None] & (oj < DV)[None, :]
             gl.store(ob + rows[:, None].to(gl.int64) * so_n + oj[None, :], out.to(gl.bfloat16), mask=o_mask)
+            if WITH_DV:
+                v_mask = (rows < N)[:, None] & (oj < DV)[None, :]
+                gl.store(dv_ptr + b * sdv_b + hk * sdv_h + rows[:, None].to(gl.int64) * sdv_n + oj[None, :],
+                         acc_v.to(gl.bfloat16), mask=v_mask)
     cp.wait_group(0)  # no copy may still target shared memory as the program exits
 
 
@@ -346,10 +399,10 @@ def la_bwd_dv_wgmma_kernel(
     gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0, "the causal bf16 dv with one feature part")
     gl.static_assert(C == 64 and BK == BT and BK >= 64, "64-row chunks, as many features as value columns")
     _wait_for_primary()  # first: R and den are the previous kernels' outputs
-    _reverse_walk(q_ptr, k_ptr, k_ptr, do_ptr, dv_ptr, r_ptr, r_ptr, den_ptr, den_ptr,
+    _reverse_walk(q_ptr, k_ptr, k_ptr, do_ptr, dv_ptr, dv_ptr, r_ptr, r_ptr, den_ptr, den_ptr,
                   H, HKV, N, D, DV, DS, DVS, G, L, normalize, has_r, scale,
                   sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sk_b, sk_h, sk_n, sd_b, sd_h, sd_n, sdv_b, sdv_h, sdv_n,
-                  sr_bh, sr_g, 0, 0, C, BK, FEAT, STAGES, 0)
+                  sdv_b, sdv_h, sdv_n, sr_bh, sr_g, 0, 0, C, BK, FEAT, STAGES, 0, 0)
     _launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
 
@@ -365,13 +418,13 @@ def la_bwd_dk_wgmma_kernel(
     C: gl.constexpr, CAUSAL: gl.constexpr, BF: gl.constexpr, BKV: gl.constexpr, PREC: gl.constexpr,
     FEAT: gl.constexpr, WITH_DV: gl.constexpr, STAGES: gl.constexpr,
 ):
-    """la_bwd_dk_kernel's arguments (causal, WITH_DV = 0: dv_ptr unused); wc, ws, phi_kind and
-    n_parts are unused. All of F in one program: grid G x B*Hkv (fastest first)."""
-    gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0 and WITH_DV == 0, "the causal bf16 dk with one part")
+    """la_bwd_dk_kernel's arguments (causal; dv as well under WITH_DV, else dv_ptr unused); wc, ws,
+    phi_kind and n_parts are unused. All of F in one program: grid G x B*Hkv (fastest first)."""
+    gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0, "the causal bf16 dk with one part")
     gl.static_assert(C == 64 and BF == BKV and BF >= 64, "64-row chunks, as many features as value columns")
     _wait_for_primary()  # first: R, rho, den and dl are the previous kernels' outputs
-    _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
+    _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
                   H, HKV, N, D, DV, DS, DVS, G, L, normalize, has_r, scale,
                   sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdk_b, sdk_h, sdk_n,
-                  sr_bh, sr_g, srz_bh, srz_g, C, BF, FEAT, STAGES, 1)
+                  sdv_b, sdv_h, sdv_n, sr_bh, sr_g, srz_bh, srz_g, C, BF, FEAT, STAGES, 1, WITH_DV)
     _launch_dependents()  # last: the next kernel may be scheduled as this grid drains

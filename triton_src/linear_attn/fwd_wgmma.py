@@ -121,6 +121,20 @@ def _segment_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, 
 
 
 @gluon.jit
+def _start_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, DVS,
+                 BK: gl.constexpr, BT: gl.constexpr, layout: gl.constexpr, z_layout: gl.constexpr):
+    """The state segment g starts from (_segment_state) in `layout`, loaded in a blocked layout and
+    converted once; call it before the kernel's shared buffers exist (the conversion's scratch may
+    overlap them). Loaded in the accumulator's layout, its [BK, BT] offsets stayed live through the
+    forward's loop for the final store, which spilled and cost 15% at 128 features (634.8 against
+    544.0 us at B1 H16 N65536, H200)."""
+    TS: gl.constexpr = BT // 4 if BT // 4 < 32 else 32
+    lds: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TS, TS], [gl.num_warps(), 1], [1, 0])
+    S, z = _segment_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, DVS, BK, BT, lds, z_layout)
+    return gl.convert_layout(S, layout), z
+
+
+@gluon.jit
 def la_fwd_wgmma_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, wc_ptr, ws_ptr,
     s_ptr, z_ptr, sf_ptr, zf_ptr, den_ptr, dl_ptr,
@@ -168,15 +182,8 @@ def la_fwd_wgmma_kernel(
     vb = v_ptr + b * sv_b + hk * sv_h
     ob = o_ptr + b * so_b + h * so_h
 
-    # The state segment g starts from, loaded in a blocked layout and converted once, before the
-    # buffers below exist (the conversion's scratch may overlap them). Loaded in the accumulator's
-    # layout, its [BK, BT] offsets stayed live through the loop for the final store, which spilled
-    # and cost 15% at 128 features (634.8 against 544.0 us at B1 H16 N65536, H200).
-    TS: gl.constexpr = BT // 4 if BT // 4 < 32 else 32
-    lds: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TS, TS], [NW, 1], [1, 0])
-    S0, z = _segment_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, DVS, BK, BT, lds,
-                           gl.SliceLayout(0, ld))
-    S = gl.convert_layout(S0, mma)
+    S, z = _start_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, DVS, BK, BT, mma,
+                        gl.SliceLayout(0, ld))
 
     q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
     k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)

@@ -10,8 +10,9 @@ else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time 
 5 kernels * 2 modes * 4 feature maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan
 + the 8 each of the fused dq and dk (STATS, WITH_DV: see FUSED_BLOCK) + the 12 of the Gluon causal
 forward (la_fwd_wgmma: bf16, blocks 64 and 128, three maps, the plain forward and the stats pass)
-and the 3 each of the Gluon dq, dv and dk (la_bwd_*_wgmma: block 128), sm_90 only (WGMMA_FWD_TILES,
-WGMMA_BWD_TILES) = 325 variants. The bf16
+and the 16 of the Gluon backward (la_bwd_*_wgmma; block 128: dq, dv and dk for three maps; block 64,
+WGMMA_FUSED: dq with the stats for three maps and without them for softmax_free, dk with dv), sm_90
+only (WGMMA_FWD_TILES, WGMMA_BWD_TILES) = 332 variants. The bf16
 tiles of blocks 64 and 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64;
 at 128 features the state pass and the forward have their own, STATE_TILES and FWD_TILES, and the
 bidirectional forward BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins
@@ -62,9 +63,16 @@ BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3)}
 # (4 spill 448 bytes: 972.8 against 531.7 us at B1 H16 N65536); 3 stages within -4% to +1% of 2.
 WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
 # The backward's walks in Gluon (bwd_wgmma.py, sm_90 only): dq, dv and dk for bf16 with one feature
-# part, 128 features and value columns in one program (C, warps, cp.async stages), where the Triton
-# kernels tile F by 32 (dq, dk) or Dv by 64 (dv).
-WGMMA_BWD_TILES = {("bf16", 128): (64, 8, 2)}
+# part, all features and value columns in one program (C, warps, cp.async stages), where the Triton
+# kernels at 128 tile F by 32 (dq, dk) or Dv by 64 (dv). 4 warps at 64: two programs per SM, the
+# one wave that a grid of 1024-row segments at B4 H16 N4096 asks for.
+WGMMA_BWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
+# Blocks whose Gluon dq also computes the stats (STATS, for normalized maps: no stats pass) and whose
+# Gluon dk computes dv in the same walk (WITH_DV: no dv pass), as the Triton kernels' FUSED_BLOCK:
+# at 64 one warpgroup holds the extra accumulators in 255 registers with 48-112 bytes of spill, and
+# the fused kernels still win (H200, B4 H16 N4096: dq and the stats pass 112.8 -> 97.2 us); at 128
+# (8 warps) they would need more than 255.
+WGMMA_FUSED = (64,)
 WGMMA_ARCHS = (90,)
 
 
@@ -249,9 +257,11 @@ def _spec(name: str) -> KernelSpec:
                       include=lambda key: key[block] in BLOCKS[key["dtype"]] and extra_built(key))
 
 
-def _wgmma_spec(name: str, source: str, params, tiles: dict, block: str, extra_keys: dict, constexprs) -> KernelSpec:
+def _wgmma_spec(name: str, source: str, params, tiles: dict, block: str, extra_keys: dict, constexprs,
+                extra_built=lambda key: True) -> KernelSpec:
     """A Gluon walk (causal, bf16, one feature part, sm_90) with the arguments of its Triton kernel
-    (params) and (C, warps, stages) from tiles[dtype, block]; constexprs(key) adds the rest."""
+    (params) and (C, warps, stages) from tiles[dtype, block]; constexprs(key) adds the rest, and
+    extra_built(key) picks the extra keys' variants that are built."""
     def all_constexprs(key: dict) -> dict:
         c, _, stages = tiles[key["dtype"], key[block]]
         return {"C": c, block: key[block], "PREC": PRECISION[key["dtype"]], "CAUSAL": key["CAUSAL"],
@@ -261,19 +271,30 @@ def _wgmma_spec(name: str, source: str, params, tiles: dict, block: str, extra_k
                       keys={"dtype": tuple(sorted({d for d, _ in tiles})), block: tuple(sorted({b for _, b in tiles})),
                             "CAUSAL": (1,), "FEAT": tuple(f for f in FEATURES if f > 0), **extra_keys},
                       constexprs=all_constexprs, num_warps=lambda key: tiles[key["dtype"], key[block]][1],
-                      num_stages=1, include=lambda key: (key["dtype"], key[block]) in tiles, archs=WGMMA_ARCHS)
+                      num_stages=1, include=lambda key: (key["dtype"], key[block]) in tiles and extra_built(key),
+                      archs=WGMMA_ARCHS)
+
+
+def _wgmma_dq_built(key: dict) -> bool:
+    """Where dq takes the stats (WGMMA_FUSED), its plain variant serves only softmax_free, whose
+    map is identity's (FEAT 1) and which has no stats."""
+    if key["BKV"] in WGMMA_FUSED:
+        return key["STATS"] == 1 or key["FEAT"] == PHI_KINDS["identity"] + 1
+    return key["STATS"] == 0
 
 
 WGMMA_KERNELS = [
     # The Dv tile is la_fwd_kernel's, since the plan sizes the forward's grid by it.
     _wgmma_spec("la_fwd_wgmma", "fwd_wgmma.py", _fwd_params, WGMMA_FWD_TILES, "BK", {"STATS": (0, 1)},
                 lambda key: {"BT": FWD_TILES[key["dtype"], key["BK"]][1], "STATS": key["STATS"]}),
-    _wgmma_spec("la_bwd_dq_wgmma", "bwd_wgmma.py", _dq_params, WGMMA_BWD_TILES, "BKV", {},
-                lambda key: {"BF": key["BKV"], "STATS": 0}),
+    _wgmma_spec("la_bwd_dq_wgmma", "bwd_wgmma.py", _dq_params, WGMMA_BWD_TILES, "BKV", {"STATS": (0, 1)},
+                lambda key: {"BF": key["BKV"], "STATS": key["STATS"]},
+                _wgmma_dq_built),
     _wgmma_spec("la_bwd_dv_wgmma", "bwd_wgmma.py", _dv_params, WGMMA_BWD_TILES, "BK", {},
-                lambda key: {"BT": key["BK"]}),
-    _wgmma_spec("la_bwd_dk_wgmma", "bwd_wgmma.py", _dk_params, WGMMA_BWD_TILES, "BKV", {},
-                lambda key: {"BF": key["BKV"], "WITH_DV": 0}),
+                lambda key: {"BT": key["BK"]}, lambda key: key["BK"] not in WGMMA_FUSED),
+    _wgmma_spec("la_bwd_dk_wgmma", "bwd_wgmma.py", _dk_params, WGMMA_BWD_TILES, "BKV", {"WITH_DV": (0, 1)},
+                lambda key: {"BF": key["BKV"], "WITH_DV": key["WITH_DV"]},
+                lambda key: key["WITH_DV"] == (key["BKV"] in WGMMA_FUSED)),
 ]
 
 
