@@ -832,7 +832,7 @@ BwdResult bwd_cuda(
   Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
   // The Gluon dv and dk (one program for all of Dv or F) beside dq's (wgmma_dq), Triton's elsewhere.
   // Where a dk program holds all of F and its variant is built (WITH_DV: spec.py FUSED_BLOCK for
-  // Triton's, WGMMA_DV_IN_DK for Gluon's), it computes dv as well: the dv pass would read q, k and
+  // Triton's, WGMMA_FUSED for Gluon's), it computes dv as well: the dv pass would read q, k and
   // grad_out again and repeat the reverse state's update.
   const aot::LaBwdDkWgmmaKey dk_wgmma_key{p.dtype, bkv, causal, p.feat,
                                           aot::la_bwd_dk_wgmma_built({p.dtype, bkv, causal, p.feat, 1})};
