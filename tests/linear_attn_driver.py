@@ -4,6 +4,8 @@ on CPU tensors; on a GPU it runs the kernels through Triton's JIT (for experimen
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 
@@ -44,7 +46,22 @@ def segment_count(nc: int, quantum: int, per_segment: int, block: int, dv_tile: 
     return min(nc, by_programs, max(by_rows, one_wave))
 
 
+MIN_STATE_ROWS = 256  # csrc/ops/linear_attn.cpp kMinStateRows
+MAX_STATE_SPLIT = 2  # csrc/ops/linear_attn.cpp kMaxStateSplit
 FOLD_MAX_SEGMENTS = 4  # csrc/ops/linear_attn.cpp kFoldMaxSegments
+
+
+def state_split(g: int, chunks: int, quantum: int, programs: int, block: int, causal: bool, sms: int,
+                max_scanned: float) -> int:
+    """csrc/ops/linear_attn.cpp state_split: the causal state pass's sub-segments per segment."""
+    if not causal or g < 2:
+        return 1
+    slots = (4 if block <= 64 else 2) * sms
+    r = 1
+    while (2 * r <= MAX_STATE_SPLIT and chunks % (2 * r) == 0 and chunks // (2 * r) * quantum >= MIN_STATE_ROWS
+           and 2 * r * (g - 1) * programs <= slots and 2 * r * g <= max_scanned):
+        r *= 2
+    return r
 
 
 def fold_scan(g: int, causal: bool, built: bool, has_initial_state: bool, returns_total: bool) -> bool:
@@ -73,7 +90,7 @@ def _st(t: torch.Tensor) -> list[int]:
 
 
 class _Setup:
-    def __init__(self, q, k, v, phi, causal, cos, sin, seg_len):
+    def __init__(self, q, k, v, phi, causal, cos, sin, seg_len, split=None):
         self.b, self.h, self.n, self.d = q.shape
         self.hkv, self.dv = k.shape[1], v.shape[-1]
         self.n_rep = self.h // self.hkv
@@ -107,6 +124,19 @@ class _Setup:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.device.type == "cuda" else 132
         g = segment_count(nc, quantum, per_segment, self.bk, self.fwd[1], bool(self.causal), sms)
         self.g, self.l = segments(nc, quantum, g, seg_len)
+        # The state passes' splits, forward and reverse (csrc's state_split); `split` forces both (tests).
+        chunks = self.l // quantum
+        scan_step = SCAN_CONSTEXPRS["GB"]
+        folds = self.fold_fwd and self.g <= FOLD_MAX_SEGMENTS
+        is_causal = bool(self.causal)
+        self.r = split or state_split(self.g, chunks, quantum, self.state[3] * self.b * self.hkv, self.bk, is_causal,
+                                      sms, math.inf if folds else scan_step)
+        self.r_rev = split or state_split(self.g, chunks, quantum, self.state[3] * self.b * self.h, self.bk, is_causal,
+                                          sms, scan_step)
+        for r in (self.r, self.r_rev):
+            assert self.causal or r == 1, "the bidirectional state pass is not split"
+            assert self.l % (r * self.state[0]) == 0, "sub-segments of whole chunks"
+        self.gs, self.ls = self.g * self.r, self.l // self.r
         self.f = self.n_parts * self.d
         self.fd = self.f * self.dv
         self.e = self.fd + self.f
@@ -133,35 +163,37 @@ class _Setup:
 
     def forward_states(self, s0, z0, total_s=None, total_z=None, backward=False):
         """Segment-initial forward states (K1 + scan) -> (s, z, ss_bh, ss_g, sz_bh, sz_g, has_s),
-        or the initial state itself when one causal segment needs no scan, or the segment sums
-        when the walks fold the scan in (has_s 2)."""
+        or the initial state itself when one causal segment needs no scan, or the sub-segment sums
+        when the walks fold the scan in (has_s 1 + R)."""
         if self.causal and self.g == 1:
             if s0 is None:
                 return self.dummy, self.dummy, 0, 0, 0, 0, 0
             return s0, z0, self.fd, 0, self.f, 0, 1
         # NaN where no sum is written: a kernel that read the segment left out would show it.
-        x = torch.full((self.b, self.hkv, self.g, self.ep), float("nan"), device=self.q.device)
+        x = torch.full((self.b, self.hkv, self.gs, self.ep), float("nan"), device=self.q.device)
         fold = self.folds(s0, total_s is not None, backward)
-        # csrc's forward_states: no causal walk reads the last segment's sum, only the scan's total
-        self.state_sums(x, n_walk=self.g - 1 if self.causal and (fold or total_s is None) else self.g)
+        # csrc's forward_states: no causal walk reads the last segment's sums, only the scan's total
+        last = self.causal and (fold or total_s is None)
+        self.state_sums(x, n_walk=self.r * (self.g - 1) if last else self.gs)
         xz = x.view(-1)[self.fd:]
         if fold:
-            return x, xz, self.g * self.ep, self.ep, self.g * self.ep, self.ep, 2
+            return x, xz, self.gs * self.ep, self.ep, self.gs * self.ep, self.ep, 1 + self.r
         self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
-        seg = self.ep if self.causal else 0
-        return x, xz, self.g * self.ep, seg, self.g * self.ep, seg, 1
+        seg = self.r * self.ep if self.causal else 0
+        return x, xz, self.gs * self.ep, seg, self.gs * self.ep, seg, 1
 
-    def state_sums(self, x, do=None, den=None, dl=None, scale=1.0, g_first=0, n_walk=None):
-        """la_state_kernel: the sums of segments g_first .. g_first + n_walk - 1 (default all) into
-        x [B, Hkv, G, EP]; with grad_out `do`, the backward's (sum qf^T g, sum qf r) per query head
-        into x [B, H, G, EP]."""
+    def state_sums(self, x, do=None, den=None, dl=None, scale=1.0, g_first=0, n_walk=None, r=None):
+        """la_state_kernel: the sums of sub-segments g_first .. g_first + n_walk - 1 (default all) into
+        x [B, Hkv, G * R, EP]; with grad_out `do`, the backward's (sum qf^T g, sum qf r) per query head
+        into x [B, H, G * R, EP]. R: the forward's split, or `r` (the reverse one)."""
         c, bt, launch, nt = self.state
         grads = do is not None
         keys, values, heads = (self.q, do, self.h) if grads else (self.k, self.v, self.hkv)
-        n_walk = self.g - g_first if n_walk is None else n_walk
+        r = self.r if r is None else r
+        n_walk = self.g * r - g_first if n_walk is None else n_walk
         K.la_state_kernel[(nt * n_walk * self.b * heads,)](
             keys, values, self.wc, self.ws, x, self.dummy if den is None else den, self.dummy if dl is None else dl,
-            heads, self.n, *self.dims(), self.g, self.l, g_first, n_walk, self.phi_kind, self.n_parts,
+            heads, self.n, *self.dims(), self.g * r, self.l // r, g_first, n_walk, self.phi_kind, self.n_parts,
             self.normalize if grads else 0, scale,
             *_st(keys), *_st(values), self.sw_b, self.ep,
             C=c, GRADS=int(grads), BK=self.bk, BT=bt, PREC=self.prec, FEAT=self.feat, **launch)
@@ -182,16 +214,17 @@ class _Setup:
             self.sw_b, ss_bh, ss_g, sz_bh, sz_g,
             C=c, CAUSAL=self.causal, BK=self.bk, BT=bt, PREC=self.prec, FEAT=self.feat, **launch)
 
-    def scan(self, x, y, n_grp, mode, init_s, init_z, tot_s, tot_z, bh):
-        _launch_scan(x, y, bh, self.g, self.fd, self.e, self.ep, y.shape[2] * self.ep, n_grp, mode,
-                     init_s, init_z, tot_s, tot_z, self.dummy)
+    def scan(self, x, y, n_grp, mode, init_s, init_z, tot_s, tot_z, bh, r=None):
+        r = self.r if r is None else r
+        _launch_scan(x, y, bh, self.g * r, self.fd, self.e, self.ep, y.shape[2] * self.ep, n_grp, mode,
+                     init_s, init_z, tot_s, tot_z, self.dummy, n_far=r)
 
 
-def _launch_scan(x, y, bh, g, fd, e, ep, sy_bh, n_grp, mode, init_s, init_z, tot_s, tot_z, dummy):
+def _launch_scan(x, y, bh, g, fd, e, ep, sy_bh, n_grp, mode, init_s, init_z, tot_s, tot_z, dummy, n_far=1):
     """la_scan_kernel as csrc's launch_scan: x [bh * n_grp, g, ep] (g segments of e elements)."""
     K.la_scan_kernel[(triton.cdiv(e, SCAN_CONSTEXPRS["BE"]) * bh,)](
         x, y, *(t if t is not None else dummy for t in (init_s, init_z, tot_s, tot_z)),
-        g, fd, e, n_grp, mode, int(init_s is not None), int(tot_s is not None), 1,
+        g, fd, e, n_grp, mode, int(init_s is not None), int(tot_s is not None), n_far, 1,
         ep, sy_bh, **SCAN_CONSTEXPRS, num_warps=4, num_stages=2)
 
 
@@ -200,9 +233,9 @@ def _unpad(t: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
-            return_state=False, seg_len=None):
+            return_state=False, seg_len=None, split=None):
     """(out, S_final or None, z_final or None); states fp32 [B, Hkv, F, Dv] and [B, Hkv, F]."""
-    st = _Setup(q, k, v, phi, causal, cos, sin, seg_len)
+    st = _Setup(q, k, v, phi, causal, cos, sin, seg_len, split)
     dev = q.device
     sf = zf = None
     if return_state:
@@ -221,7 +254,7 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
         return _unpad(out, st.dv), sf, zf
     states = st.forward_states(s0, z0, sf, zf)
     # With no scan to total them (one segment, or the scan folded in), the last causal walk writes them.
-    final_from_walk = st.causal and (st.g == 1 or states[6] == 2)
+    final_from_walk = st.causal and (st.g == 1 or states[6] >= 2)
     st.fwd_pass(out, states, scale, eps, sf, zf, write_final=return_state and final_from_walk)
     return _unpad(out, st.dv), sf, zf
 
@@ -244,9 +277,9 @@ def dk_computes_dv(st: _Setup) -> bool:
 
 
 def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
-             ds_fin=None, dz_fin=None, state_grad=False, seg_len=None):
+             ds_fin=None, dz_fin=None, state_grad=False, seg_len=None, split=None):
     """(dq, dk, dv, dS0 or None, dz0 or None)."""
-    st = _Setup(q, k, v, phi, causal, cos, sin, seg_len)
+    st = _Setup(q, k, v, phi, causal, cos, sin, seg_len, split)
     dev = q.device
     do = _padded(dout, st.dvp, 0.0)
     states = st.forward_states(s0, z0, backward=True)
@@ -264,7 +297,8 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         st.fwd_pass(do, states, scale, eps, den=den, dl=dl)
         if st.nt > 1:  # the shares per Dv tile summed by the scan (csrc sum_tile_shares)
             total = torch.empty(st.b, st.h, st.n, dtype=torch.float32, device=dev)
-            _launch_scan(dl, total, st.b * st.h, st.nt, st.n, st.n, st.n, st.n, 1, 2, None, None, None, None, st.dummy)
+            _launch_scan(dl, total, st.b * st.h, st.nt, st.n, st.n, st.n, st.n, 1, 2, None, None, None, None, st.dummy,
+                         n_far=0)
             dl = total
     dq = torch.empty(st.b, st.h, st.n, st.dp, dtype=q.dtype, device=dev)
     K.la_bwd_dq_kernel[(nf * st.n_rep * st.g * st.b * st.hkv,)](
@@ -279,17 +313,20 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
         ds0 = torch.empty(st.b, st.hkv, st.f, st.dv, dtype=torch.float32, device=dev)
         dz0 = torch.empty(st.b, st.hkv, st.f, dtype=torch.float32, device=dev)
     if st.g > 1 or not st.causal or state_grad:  # the reverse states, as csrc
-        rs = torch.full((st.b, st.h, st.g, st.ep), float("nan"), device=dev)
+        rr = st.r_rev
+        rs = torch.full((st.b, st.h, st.g * rr, st.ep), float("nan"), device=dev)
         # as csrc: only dS0 and dz0 (the scan's total) read the first segment's sums
-        st.state_sums(rs, do, den, dl, scale, g_first=int(st.causal and not state_grad))
+        st.state_sums(rs, do, den, dl, scale, g_first=rr if st.causal and not state_grad else 0, r=rr)
         if st.n_rep == 1:
             ry = rs
         else:
-            ry = torch.empty(st.b, st.hkv, st.g if st.causal else 1, st.ep, dtype=torch.float32, device=dev)
-        st.scan(rs, ry, st.n_rep, 1 if st.causal else 2, ds_fin, dz_fin, ds0, dz0, st.b * st.hkv)
-        r, rz = ry, ry.view(-1)[st.fd:]
+            ry = torch.empty(st.b, st.hkv, st.g * rr if st.causal else 1, st.ep, dtype=torch.float32, device=dev)
+        st.scan(rs, ry, st.n_rep, 1 if st.causal else 2, ds_fin, dz_fin, ds0, dz0, st.b * st.hkv, r=rr)
+        # segment g starts (walking back) from the state after its last sub-segment, R * g + R - 1
+        r = ry.view(-1)[(rr - 1) * st.ep:]
+        rz = r[st.fd:]
         sr_bh = ry.shape[2] * st.ep
-        sr_g = st.ep if st.causal else 0
+        sr_g = rr * st.ep if st.causal else 0
         srz_bh, srz_g, has_r = sr_bh, sr_g, 1
     elif ds_fin is not None:
         r, rz, sr_bh, sr_g, srz_bh, srz_g, has_r = ds_fin, dz_fin, st.fd, 0, st.f, 0, 1

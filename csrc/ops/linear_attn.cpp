@@ -7,8 +7,8 @@
 //   linear_attn_bwd(grad_out, q, k, v, cos?, sin?, S0?, z0?, grad_S?, grad_z?, phi, causal, eps,
 //                   scale, state_grad, fwd_states?) -> (dq, dk, dv, dS0?, dz0?)
 //
-// The autograd forward calls linear_attn_fwd_train, whose fwd_states (fp32, [B, Hkv, G, EP] or [0];
-// linear_attn_states_shape gives the shape) the backward reads instead of recomputing them.
+// The autograd forward calls linear_attn_fwd_train, whose fwd_states (fp32, [B, Hkv, G * R, EP] or
+// [0]; linear_attn_states_shape gives the shape) the backward reads instead of recomputing them.
 //
 // phi is "elu+1", "relu", "identity" or "softmax_free" (identity features, no normalizer). States
 // are fp32 (fp64 for fp64 inputs on CPU): S [B, Hkv, D, Dv] and z [B, Hkv, D], with a part
@@ -353,6 +353,37 @@ int64_t segment_count(int64_t nc, int64_t quantum, int64_t per_segment, int64_t 
   return std::min({nc, by_programs, std::max(by_rows, one_wave)});
 }
 
+// The causal state pass's sub-segments per walked segment (R, tests/linear_attn_driver.py mirrors
+// it). The state pass runs a program per segment (and head, and Dv tile), each streaming its segment
+// chunk after chunk: where segments are few and long, too few programs keep too few loads in flight.
+// So it splits each segment in two (R = 2; sub-segments of whole chunks and at least kMinStateRows
+// rows) where its `programs` per sub-segment still fit `per_sm` per multiprocessor (4 at 64
+// features, 2 above, where a program holds a 128-wide state) and, where the sums are scanned, the
+// scan still takes all G * R in one step of its loop (`max_scanned`, la_scan_kernel's GB: each step
+// more cost it 1.7 us at B4 H16 N4096 D64, 5.7 at N2048 D128). The walks keep their segments: they
+// read every R-th scanned state, or fold R sums per segment before theirs (_segment_state, has_s =
+// 1 + R). H200 (Triton JIT, the state pass alone, bf16, forward / backward mode, us): B4 H16 N4096
+// D64 R 1 -> 2: 26.7 -> 23.7 / 35.0 -> 27.1; N2048 D128 (G 2): 42.9 -> 22.7 / 41.5 -> 26.8; N4096
+// D128 (G 4), which this rule leaves at 1: 45.6 -> 49.2 / 54.7 -> 59.7. The kernels take any R, but
+// R = 4 (B4 H16 N2048 D128, no scan limit) failed one GPU test, not understood (results/
+// linear_attn.md, twenty-first session), so R stays at most kMaxStateSplit.
+constexpr int64_t kMinStateRows = 256;
+constexpr int64_t kMaxStateSplit = 2;
+// The most segments whose sums a walk folds (fold_scan, below).
+constexpr int64_t kFoldMaxSegments = 4;
+
+int64_t state_split(int64_t g, int64_t chunks, int64_t quantum, int64_t programs, int64_t block, bool causal,
+                    int64_t sms, int64_t max_scanned) {
+  if (!causal || g < 2) return 1;
+  const int64_t slots = (block <= 64 ? 4 : 2) * sms;
+  int64_t r = 1;
+  while (2 * r <= kMaxStateSplit && chunks % (2 * r) == 0 && chunks / (2 * r) * quantum >= kMinStateRows &&
+         2 * r * (g - 1) * programs <= slots && 2 * r * g <= max_scanned) {
+    r *= 2;
+  }
+  return r;
+}
+
 // Causal calls this short (a decode step: N = 1) take la_decode_kernel, whose program serves all
 // the query heads of a kv head and reads the state once (tests/linear_attn_driver.py mirrors it).
 constexpr int64_t kDecodeMaxRows = 4;
@@ -430,6 +461,9 @@ struct Plan {
   int64_t feat;  // the kernels' compiled-in feature map (feature_key)
   int64_t nt_state, nt, nt_dv;  // Dv tiles of the state pass, the forward (and stats), the dv pass
   int64_t g, l, f, fd, e, ep;
+  // The state passes' splits (state_split): gs = g * r sub-segments of ls = l / r rows for the
+  // forward states, gs_rev of ls_rev for the backward's reverse states.
+  int64_t r, gs, ls, r_rev, gs_rev, ls_rev;
   bool fold_fwd, fold_bwd;  // la_fwd, and also la_bwd_dq, built to fold the scan (fold_scan)
   Tensor q, k, v;  // kernel-ready inputs
   Weights w;
@@ -479,6 +513,18 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   const int64_t chunks = ceil_div(nc, g);
   p.g = ceil_div(nc, chunks);
   p.l = chunks * quantum;
+  // The forward's walks fold the sums where segments are few (fold_scan; with no initial state);
+  // the backward's dk and dv always read scanned reverse states.
+  const int64_t sms = runtime::multiprocessor_count(device);
+  const int64_t scan_step = aot::la_scan_constexprs({at::kFloat}).GB;
+  const bool folds = p.fold_fwd && p.g <= kFoldMaxSegments;
+  p.r = state_split(p.g, chunks, quantum, p.nt_state * sh.b * sh.hkv, p.bk, causal, sms,
+                    folds ? std::numeric_limits<int64_t>::max() : scan_step);
+  p.r_rev = state_split(p.g, chunks, quantum, p.nt_state * sh.b * sh.h, p.bk, causal, sms, scan_step);
+  p.gs = p.g * p.r;
+  p.ls = p.l / p.r;
+  p.gs_rev = p.g * p.r_rev;
+  p.ls_rev = p.l / p.r_rev;
   p.f = sh.f();
   p.fd = p.f * sh.dv;
   p.e = p.fd + p.f;
@@ -529,20 +575,24 @@ int64_t st(const Tensor& t, int64_t dim) {
 // la_scan_kernel over x [bh * n_grp, g, ep] (g segments of e elements, the first fd of them S's)
 // into y, bh * cdiv(e, BE) programs.
 void launch_scan(const Tensor& x, const Tensor& y, int64_t bh, int64_t g, int64_t fd, int64_t e, int64_t ep,
-                 int64_t sy_bh, int64_t n_grp, int64_t mode, const OptTensor& init_s, const OptTensor& init_z,
-                 const Tensor* tot_s, const Tensor* tot_z, Launches& config, const char* what) {
+                 int64_t sy_bh, int64_t n_grp, int64_t mode, int64_t n_far, const OptTensor& init_s,
+                 const OptTensor& init_z, const Tensor* tot_s, const Tensor* tot_z, Launches& config,
+                 const char* what) {
   const int64_t scan_block = aot::la_scan_constexprs({at::kFloat}).BE;
   aot::la_scan({at::kFloat}, config(x, ceil_div(e, scan_block) * bh, what), x.const_data_ptr(), y.mutable_data_ptr(),
                init_s ? init_s->const_data_ptr() : nullptr, init_z ? init_z->const_data_ptr() : nullptr,
                tot_s ? tot_s->mutable_data_ptr() : nullptr, tot_z ? tot_z->mutable_data_ptr() : nullptr, g, fd, e,
-               n_grp, mode, init_s.has_value(), tot_s != nullptr, 1, ep, sy_bh);
+               n_grp, mode, init_s.has_value(), tot_s != nullptr, n_far, 1, ep, sy_bh);
 }
 
-// Segment scan over x [B, HY * n_grp, G, EP] (see la_scan_kernel).
-void scan(const Plan& p, const Tensor& x, const Tensor& y, int64_t n_grp, int64_t mode, const OptTensor& init_s,
-          const OptTensor& init_z, const Tensor* tot_s, const Tensor* tot_z, Launches& config) {
-  launch_scan(x, y, p.sh.b * p.sh.hkv, p.g, p.fd, p.e, p.ep, y.size(2) * p.ep, n_grp, mode, init_s, init_z, tot_s,
-              tot_z, config, "linear_attn scan");
+// Segment scan over x [B, HY * n_grp, G * R, EP] (see la_scan_kernel): a state pass's sub-segments
+// (R: the forward's p.r or the reverse p.r_rev), of which it leaves the R at the far end unwritten
+// where no total is asked for.
+void scan(const Plan& p, const Tensor& x, const Tensor& y, int64_t r, int64_t n_grp, int64_t mode,
+          const OptTensor& init_s, const OptTensor& init_z, const Tensor* tot_s, const Tensor* tot_z,
+          Launches& config) {
+  launch_scan(x, y, p.sh.b * p.sh.hkv, p.g * r, p.fd, p.e, p.ep, y.size(2) * p.ep, n_grp, mode, r, init_s, init_z,
+              tot_s, tot_z, config, "linear_attn scan");
 }
 
 // dout_i . out_i from the stats pass's shares per Dv tile, dl [B, H, NT, N] -> [B, H, N]: the scan's
@@ -551,20 +601,20 @@ void scan(const Plan& p, const Tensor& x, const Tensor& y, int64_t n_grp, int64_
 Tensor sum_tile_shares(const Tensor& dl, Launches& config) {
   const int64_t n = dl.size(3);
   Tensor total = at::empty({dl.size(0), dl.size(1), n}, dl.options());
-  launch_scan(dl, total, dl.size(0) * dl.size(1), dl.size(2), n, n, n, n, 1, 2, std::nullopt, std::nullopt, nullptr,
-              nullptr, config, "linear_attn_bwd dl");
+  launch_scan(dl, total, dl.size(0) * dl.size(1), dl.size(2), n, n, n, n, 1, 2, 0, std::nullopt, std::nullopt,
+              nullptr, nullptr, config, "linear_attn_bwd dl");
   return total;
 }
 
 // Calls with a few segments and no initial state skip the scan: each kernel that walks a segment
-// sums the segment sums before it (all of them, bidirectionally) as it starts (has_s = 2, see
+// sums the segment sums before it (all of them, bidirectionally) as it starts (has_s = 1 + R, see
 // _segment_state in kernels.py). That saves the scan's launch and its pass over the sums, for at
-// most kFoldMaxSegments - 1 extra states read per program (tests/linear_attn_driver.py mirrors it).
+// most R * (kFoldMaxSegments - 1) - 1 extra states read per program (tests/linear_attn_driver.py
+// mirrors it).
 // A bidirectional call that returns its state still takes the scan, which writes the total. Only
 // variants whose state tile is at most kFoldMaxBlock square are built to fold (kernels.py
 // FOLD_MAX_BLOCK): H200, against the scan (ninth session): causal fwd B4 H16 N4096 D64 0.0956 ->
 // 0.0918 ms, fwd+bwd 0.462 -> 0.450 ms; built into the 128-feature kernels it cost them 3-5%.
-constexpr int64_t kFoldMaxSegments = 4;
 
 bool fold_scan(const Plan& p, bool has_initial_state, bool returns_total, bool backward) {
   return p.g > 1 && p.g <= kFoldMaxSegments && (backward ? p.fold_bwd : p.fold_fwd) && !has_initial_state &&
@@ -579,11 +629,12 @@ bool saved_fold(const Plan& p, bool has_initial_state) {
   return p.causal && fold_scan(p, has_initial_state, false, true);
 }
 
-// The kernels' view of a state buffer [B, Hkv, G, EP]: sums (folded) or scanned states.
+// The kernels' view of a state buffer [B, Hkv, G * R, EP]: sums (folded: R per segment) or
+// scanned states (segment g starts from sub-segment R * g's).
 Segments buffer_segments(const Plan& p, const Tensor& buffer, bool fold) {
   const float* base = buffer.const_data_ptr<float>();
-  const int64_t seg_g = fold || p.causal ? p.ep : 0;
-  return {base, base + p.fd, p.g * p.ep, seg_g, p.g * p.ep, seg_g, fold ? 2 : 1};
+  const int64_t seg_g = fold ? p.ep : p.causal ? p.r * p.ep : 0;
+  return {base, base + p.fd, p.gs * p.ep, seg_g, p.gs * p.ep, seg_g, fold ? 1 + p.r : 1};
 }
 
 // The state before each segment (causal) or the total (bidirectional); the initial state itself
@@ -599,26 +650,26 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
     return seg;
   }
   const Shape& sh = p.sh;
-  // No causal walk reads the last segment's sum; only the scan's total does (the folded walks
+  // No causal walk reads the last segment's sums; only the scan's total does (the folded walks
   // write the final state themselves): a quarter of the pass at four segments.
-  const int64_t n_walk = p.causal && (fold || tot_s == nullptr) ? p.g - 1 : p.g;
-  buffer = at::empty({sh.b, sh.hkv, p.g, p.ep}, p.q.options().dtype(at::kFloat));
+  const int64_t n_walk = p.causal && (fold || tot_s == nullptr) ? p.r * (p.g - 1) : p.gs;
+  buffer = at::empty({sh.b, sh.hkv, p.gs, p.ep}, p.q.options().dtype(at::kFloat));
   aot::la_state({p.dtype, p.bk, 0, p.feat}, config(p.q, p.nt_state * n_walk * sh.b * sh.hkv, "linear_attn state"),
                 p.k.const_data_ptr(), p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), nullptr,
-                nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, 0, n_walk, p.phi.kind, sh.parts, 0, 1.0f,
+                nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.gs, p.ls, 0, n_walk, p.phi.kind, sh.parts, 0, 1.0f,
                 st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
   if (!fold) {
-    scan(p, buffer, buffer, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
+    scan(p, buffer, buffer, p.r, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
   }
   return buffer_segments(p, buffer, fold);
 }
 
-// The shape of linear_attn_fwd_train's saved states: [B, Hkv, G, EP] where the forward's states
+// The shape of linear_attn_fwd_train's saved states: [B, Hkv, G * R, EP] where the forward's states
 // pass through forward_states' buffer, else [0]: causal calls of one segment read the initial state
 // itself, and those the decode kernel takes hold their states in registers.
 std::vector<int64_t> saved_states_shape(const Plan& p) {
   if (p.causal && (p.g == 1 || p.sh.n <= kDecodeMaxRows)) return {0};
-  return {p.sh.b, p.sh.hkv, p.g, p.ep};
+  return {p.sh.b, p.sh.hkv, p.gs, p.ep};
 }
 
 void check_saved_states(const OptTensor& saved, at::IntArrayRef want, const Tensor& q) {
@@ -683,7 +734,7 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
   const Segments seg = forward_states(p, s0, z0, sf ? &*sf : nullptr, zf ? &*zf : nullptr, fold, buffer, config);
   // With no scan to total them (one segment, or the scan folded in), the last causal walk ends with
   // the final state and writes it.
-  const bool final_from_walk = causal && (p.g == 1 || seg.has == 2);
+  const bool final_from_walk = causal && (p.g == 1 || seg.has >= 2);
   Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
   // Both forward kernels take the same arguments and grid; la_fwd_wgmma where it is built for this
   // device (spec.py WGMMA_FWD_TILES: the causal bf16 walk with one feature part, sm_90).
@@ -704,10 +755,10 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
   }
   if (saved && buffer.defined()) {
     // What no kernel wrote, and none reads, is zeroed so the output is defined everywhere (opcheck
-    // compares it across runs): each state's padding and, folded, the last causal segment's sum.
+    // compares it across runs): each state's padding and, folded, the last causal segment's sums.
     // After the forward's launch, so the kernels' programmatic chain stays unbroken.
     if (p.ep > p.e) buffer.narrow(3, p.e, p.ep - p.e).zero_();
-    if (causal && seg.has == 2) buffer.select(2, p.g - 1).zero_();
+    if (causal && seg.has >= 2) buffer.narrow(2, p.r * (p.g - 1), p.r).zero_();
     *saved = buffer;
   }
   return {unpad(out, sh.dv), sf, zf};
@@ -809,21 +860,23 @@ BwdResult bwd_cuda(
   Segments rev;
   Tensor r_buffer;
   if (p.g > 1 || !causal || state_grad) {
-    const Tensor rs = at::empty({sh.b, sh.h, p.g, p.ep}, f32);
+    const Tensor rs = at::empty({sh.b, sh.h, p.gs_rev, p.ep}, f32);
     // Only dS0 and dz0 (the reverse scan's total) read the first segment's sums.
-    const int64_t first = causal && !state_grad ? 1 : 0;
+    const int64_t first = causal && !state_grad ? p.r_rev : 0;
     aot::la_state({p.dtype, p.bk, 1, p.feat},
-                  config(q, p.nt_state * (p.g - first) * sh.b * sh.h, "linear_attn_bwd segment sums"),
+                  config(q, p.nt_state * (p.gs_rev - first) * sh.b * sh.h, "linear_attn_bwd segment sums"),
                   p.q.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), rs.mutable_data_ptr(), den_ptr,
-                  dl_ptr, sh.h, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, first, p.g - first, p.phi.kind, sh.parts,
+                  dl_ptr, sh.h, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.gs_rev, p.ls_rev, first, p.gs_rev - first,
+                  p.phi.kind, sh.parts,
                   phi.normalize, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(dout, 0),
                   st(dout, 1), st(dout, 2), p.w.stride_b, p.ep);
     const int64_t n_rep = sh.h / sh.hkv;
-    r_buffer = n_rep == 1 ? rs : at::empty({sh.b, sh.hkv, causal ? p.g : 1, p.ep}, f32);
-    scan(p, rs, r_buffer, n_rep, causal ? 1 : 2, dsf, dzf, ds0 ? &*ds0 : nullptr, dz0 ? &*dz0 : nullptr,
+    r_buffer = n_rep == 1 ? rs : at::empty({sh.b, sh.hkv, causal ? p.gs_rev : 1, p.ep}, f32);
+    scan(p, rs, r_buffer, p.r_rev, n_rep, causal ? 1 : 2, dsf, dzf, ds0 ? &*ds0 : nullptr, dz0 ? &*dz0 : nullptr,
          config);
-    const float* base = r_buffer.const_data_ptr<float>();
-    const int64_t seg_g = causal ? p.ep : 0;
+    // Segment g starts (walking back) from the state after its last sub-segment, R * g + R - 1.
+    const float* base = r_buffer.const_data_ptr<float>() + (p.r_rev - 1) * p.ep;
+    const int64_t seg_g = causal ? p.r_rev * p.ep : 0;
     rev = {base, base + p.fd, r_buffer.size(2) * p.ep, seg_g, r_buffer.size(2) * p.ep, seg_g, 1};
   } else if (dsf) {
     rev = {dsf->const_data_ptr(), dzf->const_data_ptr(), p.fd, 0, p.f, 0, 1};

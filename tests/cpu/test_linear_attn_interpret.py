@@ -92,6 +92,34 @@ def test_kernels_forward_and_backward(b, h, hkv, n, d, dv, dtype, phi, causal, c
     assert all(e <= tol for e in errors.values()), errors
 
 
+@pytest.mark.parametrize("state", [False, True], ids=["folded", "scanned"])
+@pytest.mark.parametrize("causal_heads", [(2, 2), (4, 2)], ids=["mha", "gqa"])
+@pytest.mark.parametrize("split,seg_len", [(2, 128), (4, 256)], ids=["r2", "r4"])
+def test_split_state_pass(state, causal_heads, split, seg_len):
+    """The causal state pass split R ways per segment (csrc's state_split): the walks fold R sums per
+    segment before theirs (has_s = 1 + R) or read every R-th scanned state, forward and reverse (at
+    R 4, which the op does not choose, 8 sub-segments: two steps of the scan's loop, the first or
+    last skipped whole), and give what the unsplit pass gives but for roundings (the sums add in
+    another order, and a changed last bit of fp32 flips some bf16 outputs by one bf16 step: a wrong
+    state costs far more)."""
+    h, hkv = causal_heads
+    q, k, v = make(1, h, hkv, 400, 16, 24, torch.bfloat16)
+    g = torch.Generator().manual_seed(3)
+    s0 = torch.randn(1, hkv, 16, 24, generator=g) if state else None
+    z0 = torch.rand(1, hkv, 16, generator=g) * 3 if state else None
+    dout = torch.randn(1, h, 400, 24, generator=g).to(torch.bfloat16)
+    runs = []
+    for r in (1, split):
+        kw = dict(phi="elu+1", causal=True, s0=s0, z0=z0, seg_len=seg_len, split=r)
+        st = drv._Setup(q, k, v, "elu+1", True, None, None, seg_len, r)
+        n_seg = -(-400 // seg_len)
+        assert (st.g, st.gs, st.ls, st.r_rev) == (n_seg, n_seg * r, seg_len // r, r)
+        fwd = drv.forward(q, k, v, return_state=True, **kw)
+        runs.append((*fwd, *drv.backward(dout, q, k, v, state_grad=state, **kw)[:5 if state else 3]))
+    for name, whole, parts in zip(("out", "S", "z", "dq", "dk", "dv", "dS0", "dz0"), *runs):
+        assert rel_error(parts, whole) <= 1e-3, name
+
+
 @pytest.mark.parametrize("phi", ["identity", "elu+1", "relu", "softmax_free"])
 def test_compiled_feature_map_matches_run_time_one(monkeypatch, phi):
     """FEAT > 0 (the map compiled in, what the op runs without Cosformer) against FEAT 0 (phi and

@@ -243,11 +243,34 @@ def test_opcheck_cuda(dtype):
 
 # (B, H, Hkv, N, D, Dv, causal, cosformer, initial state, states saved): folded (D64 bf16, few
 # segments) and scanned states, one segment (B16 H32 N100), decode steps, bidirectional totals, GQA,
-# Cosformer.
+# Cosformer; and the last four, causal calls whose state pass is split (SPLIT_CASES).
 SAVED_CASES = [(2, 8, 8, 1000, 64, 64, True, False, False, True), (1, 4, 2, 4100, 128, 96, True, False, False, True),
                (2, 4, 4, 3000, 48, 40, True, True, True, True), (1, 2, 1, 300, 64, 64, True, False, False, True),
                (16, 32, 32, 100, 64, 64, True, False, False, False), (1, 4, 2, 1, 64, 64, True, False, True, False),
-               (3, 4, 2, 777, 64, 32, False, False, False, True), (2, 4, 4, 2500, 32, 16, False, True, True, True)]
+               (3, 4, 2, 777, 64, 32, False, False, False, True), (2, 4, 4, 2500, 32, 16, False, True, True, True),
+               (4, 16, 16, 2048, 64, 64, True, False, False, True), (4, 16, 8, 2000, 64, 48, True, False, False, True),
+               (4, 16, 16, 2048, 128, 128, True, False, False, True),
+               (4, 32, 8, 2048, 64, 64, True, False, False, True)]
+# (B, H, Hkv, N, D, R on a 132-multiprocessor GPU): csrc's state_split at work: R sums per segment
+# folded (64 features, GQA) and every R-th scanned state read (128 features, two segments).
+SPLIT_CASES = [(4, 16, 16, 2048, 64, 2), (4, 16, 8, 2000, 64, 2), (4, 16, 16, 2048, 128, 2), (4, 32, 8, 2048, 64, 2)]
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=[str(i) for i in range(len(SPLIT_CASES))])
+def test_split_state_pass_matches_the_driver(case):
+    """The op's saved states hold the state pass's G * R sub-segment sums, as
+    tests/linear_attn_driver.py (which the interpreter tests run) splits them; the split applies
+    where the GPU has the H200's 132 multiprocessors (the accuracy runs in SAVED_CASES)."""
+    import linear_attn_driver as drv
+
+    b, h, hkv, n, d, r = case
+    q, k, v = make(b, h, hkv, n, d, d, torch.bfloat16)
+    st = drv._Setup(q, k, v, "elu+1", True, None, None, None)
+    want = torch.ops.neuralops.linear_attn_states_shape(b, h, hkv, n, d, d, torch.bfloat16, "elu+1", True, False,
+                                                        q.device.index)
+    assert want == [b, hkv, st.g * st.r, st.ep]
+    if torch.cuda.get_device_properties(q.device).multi_processor_count == 132:
+        assert st.r == r
 
 
 @pytest.mark.parametrize("case", SAVED_CASES, ids=[str(i) for i in range(len(SAVED_CASES))])

@@ -105,9 +105,9 @@ def _segment_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, 
     z_mask = cz < DS
     s_base = s_ptr + bk.to(gl.int64) * ss_bh
     z_base = z_ptr + bk.to(gl.int64) * sz_bh
-    if BK <= 64 and BT <= 64:  # kernels.FOLD_MAX_BLOCK: these variants fold the scan (has_s 2)
-        j0 = gl.where(has_s == 2, 0, g)
-        j1 = gl.where(has_s == 2, g, g + 1)
+    if BK <= 64 and BT <= 64:  # kernels.FOLD_MAX_BLOCK: these variants fold the scan (has_s >= 2)
+        j0 = gl.where(has_s >= 2, 0, g)
+        j1 = gl.where(has_s >= 2, g * (has_s - 1), g + 1)
         on = (has_s != 0) & (j0 < j1)
         S = gl.load(s_base + j0 * ss_g + st_offs, mask=st_mask & on, other=0.0)
         z = gl.load(z_base + j0 * sz_g + cz, mask=z_mask & on, other=0.0)

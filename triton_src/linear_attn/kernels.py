@@ -366,18 +366,19 @@ def _segment_state(s_ptr, z_ptr, bk, g, G, has_s, ss_bh, ss_g, sz_bh, sz_g, frow
                    CAUSAL: tl.constexpr):
     """The state segment g starts from, as its (feature rows frow) x (value columns vc) tile of S
     and frow of z. has_s = 0: none (zeros). 1: the state at (s, z) + g * (ss_g, sz_g) (the scan's
-    output, or an initial state with ss_g = sz_g = 0). 2, in variants that fold: the sum of
-    the segment sums before g (causal) or of all G (bidirectional) at (s, z) + j * (ss_g, sz_g),
-    the state pass's output: the scan folded into the walk where segments are few (csrc's
-    fold_scan). Only state tiles of at most FOLD_MAX_BLOCK rows and columns fold: summing
-    larger ones in a loop made the H200's 128-feature kernels 3-5% slower even where they never
-    fold (a second tile live beside the state)."""
+    output, or an initial state with ss_g = sz_g = 0). 1 + R (2 or more), in variants that fold: the
+    sum of the state pass's sums at (s, z) + j * (ss_g, sz_g) for the R * g before segment g
+    (causal) or all R * G (bidirectional), where the state pass split each segment into R (csrc's
+    state_split): the scan folded into the walk where segments are few (csrc's fold_scan). Only
+    state tiles of at most FOLD_MAX_BLOCK rows and columns fold: summing larger ones in a loop made
+    the H200's 128-feature kernels 3-5% slower even where they never fold (a second tile live
+    beside the state)."""
     st_mask = f_ok[:, None] & (vc < DVS)[None, :]
     s_base = s_ptr + bk.to(tl.int64) * ss_bh
     z_base = z_ptr + bk.to(tl.int64) * sz_bh
     if (frow.shape[0] <= FOLD_MAX_BLOCK) and (vc.shape[0] <= FOLD_MAX_BLOCK):
-        j0 = tl.where(has_s == 2, 0, g)
-        j1 = tl.where(has_s == 2, g * CAUSAL + G * (1 - CAUSAL), g + 1)
+        j0 = tl.where(has_s >= 2, 0, g)
+        j1 = tl.where(has_s >= 2, (g * CAUSAL + G * (1 - CAUSAL)) * (has_s - 1), g + 1)
         on = (has_s != 0) & (j0 < j1)
         s = tl.load(s_base + j0 * ss_g + frow[:, None] * DVS + vc[None, :], mask=st_mask & on, other=0.0)
         z = tl.load(z_base + j0 * sz_g + frow, mask=f_ok & on, other=0.0)
@@ -483,16 +484,17 @@ def la_state_kernel(
 @triton.jit
 def la_scan_kernel(
     x_ptr, y_ptr, init_s_ptr, init_z_ptr, tot_s_ptr, tot_z_ptr,
-    G, FD, E, n_grp, mode, has_init, has_total, write_y,
+    G, FD, E, n_grp, mode, has_init, has_total, n_far, write_y,
     EP, sy_bh,
     BE: tl.constexpr, GB: tl.constexpr,
 ):
     """Scan over the segments of x [B, HY * n_grp, G, EP], summing each group of n_grp heads:
     y[b, hy, g] = init + sum over g' < g (mode 0), g' > g (mode 1), or, in slot 0, all g' (mode 2).
     init is a state (S [B, HY, FD], z [B, HY, E - FD]); the total, init included, can be written to
-    another. Without a total, modes 0 and 1 read no x from the segment at the far end (G - 1, 0),
-    which no y needs: la_state_kernel may leave it unwritten. The backward also sums the stats
-    pass's shares of dout . out per Dv tile with it (mode 2, G = the tiles, FD = E = N).
+    another. Without a total, modes 0 and 1 read no x from the n_far segments at the far end (the
+    last, the first), which no y needs: la_state_kernel may leave them unwritten (the R of a split
+    state pass, csrc's state_split). The backward also sums the stats pass's shares of dout . out
+    per Dv tile with it (mode 2, G = the tiles, FD = E = N).
     Grid: cdiv(E, BE) x B*HY (fastest first); E = FD + F elements per state."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
     pid = tl.program_id(0)
@@ -508,12 +510,13 @@ def la_scan_kernel(
              + tl.load(init_z_ptr + bh * nz + (e - FD), mask=z_ok & init_ok, other=0.0))
     gi = tl.arange(0, GB)
     n_blk = tl.cdiv(G, GB)
-    unread = tl.where((has_total != 0) | (mode == 2), -1, tl.where(mode == 0, G - 1, 0))
+    skip_far = (has_total == 0) & (mode != 2)
     for i in range(n_blk):
         blk = tl.where(mode == 1, n_blk - 1 - i, i)
         gs = blk * GB + gi
         m = (gs < G)[:, None] & e_ok[None, :]
-        read = m & (gs != unread)[:, None]
+        far = tl.where(mode == 0, gs >= G - n_far, gs < n_far)
+        read = m & (~(far & skip_far))[:, None]
         xs = tl.zeros((GB, BE), dtype=tl.float32)
         for r in range(n_grp):
             xs += tl.load(x_ptr + ((bh * n_grp + r) * G + gs[:, None]) * EP + e[None, :], mask=read, other=0.0)

@@ -198,7 +198,7 @@ DECODE_WARPS = 4
 _SCAN_PARAMS = (
     *_ptrs(_F32, "x", "y", "init_s", "init_z", "tot_s", "tot_z"),
     ("G", _I), ("FD", _I), ("E", _I), ("n_grp", _I), ("mode", _I), ("has_init", _I), ("has_total", _I),
-    ("write_y", _I), ("EP", "i64"), ("sy_bh", "i64"),
+    ("n_far", _I), ("write_y", _I), ("EP", "i64"), ("sy_bh", "i64"),
 )
 
 # kernel -> (parameters, name of the block key, name of the other tile's constexpr, the tiles for a
