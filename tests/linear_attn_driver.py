@@ -4,8 +4,6 @@ on CPU tensors; on a GPU it runs the kernels through Triton's JIT (for experimen
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 
@@ -47,21 +45,18 @@ def segment_count(nc: int, quantum: int, per_segment: int, block: int, dv_tile: 
 
 
 MIN_STATE_ROWS = 256  # csrc/ops/linear_attn.cpp kMinStateRows
-MAX_STATE_SPLIT = 2  # csrc/ops/linear_attn.cpp kMaxStateSplit
-FOLD_MAX_SEGMENTS = 4  # csrc/ops/linear_attn.cpp kFoldMaxSegments
 
 
 def state_split(g: int, chunks: int, quantum: int, programs: int, block: int, causal: bool, sms: int,
-                max_scanned: float) -> int:
+                scanned: bool, scan_step: int) -> int:
     """csrc/ops/linear_attn.cpp state_split: the causal state pass's sub-segments per segment."""
-    if not causal or g < 2:
-        return 1
     slots = (4 if block <= 64 else 2) * sms
-    r = 1
-    while (2 * r <= MAX_STATE_SPLIT and chunks % (2 * r) == 0 and chunks // (2 * r) * quantum >= MIN_STATE_ROWS
-           and 2 * r * (g - 1) * programs <= slots and 2 * r * g <= max_scanned):
-        r *= 2
-    return r
+    split = (causal and g >= 2 and chunks % 2 == 0 and chunks // 2 * quantum >= MIN_STATE_ROWS
+             and 2 * (g - 1) * programs <= slots and (not scanned or 2 * g <= scan_step))
+    return 2 if split else 1
+
+
+FOLD_MAX_SEGMENTS = 4  # csrc/ops/linear_attn.cpp kFoldMaxSegments
 
 
 def fold_scan(g: int, causal: bool, built: bool, has_initial_state: bool, returns_total: bool) -> bool:
@@ -127,16 +122,15 @@ class _Setup:
         # The state passes' splits, forward and reverse (csrc's state_split); `split` forces both (tests).
         chunks = self.l // quantum
         scan_step = SCAN_CONSTEXPRS["GB"]
-        folds = self.fold_fwd and self.g <= FOLD_MAX_SEGMENTS
+        scanned = not fold_scan(self.g, self.causal, self.fold_fwd, False, False)
         is_causal = bool(self.causal)
         self.r = split or state_split(self.g, chunks, quantum, self.state[3] * self.b * self.hkv, self.bk, is_causal,
-                                      sms, math.inf if folds else scan_step)
+                                      sms, scanned, scan_step)
         self.r_rev = split or state_split(self.g, chunks, quantum, self.state[3] * self.b * self.h, self.bk, is_causal,
-                                          sms, scan_step)
+                                          sms, True, scan_step)
         for r in (self.r, self.r_rev):
             assert self.causal or r == 1, "the bidirectional state pass is not split"
             assert self.l % (r * self.state[0]) == 0, "sub-segments of whole chunks"
-        self.gs, self.ls = self.g * self.r, self.l // self.r
         self.f = self.n_parts * self.d
         self.fd = self.f * self.dv
         self.e = self.fd + self.f
@@ -170,17 +164,18 @@ class _Setup:
                 return self.dummy, self.dummy, 0, 0, 0, 0, 0
             return s0, z0, self.fd, 0, self.f, 0, 1
         # NaN where no sum is written: a kernel that read the segment left out would show it.
-        x = torch.full((self.b, self.hkv, self.gs, self.ep), float("nan"), device=self.q.device)
+        gs = self.g * self.r
+        x = torch.full((self.b, self.hkv, gs, self.ep), float("nan"), device=self.q.device)
         fold = self.folds(s0, total_s is not None, backward)
         # csrc's forward_states: no causal walk reads the last segment's sums, only the scan's total
         last = self.causal and (fold or total_s is None)
-        self.state_sums(x, n_walk=self.r * (self.g - 1) if last else self.gs)
+        self.state_sums(x, n_walk=self.r * (self.g - 1) if last else gs)
         xz = x.view(-1)[self.fd:]
         if fold:
-            return x, xz, self.gs * self.ep, self.ep, self.gs * self.ep, self.ep, 1 + self.r
+            return x, xz, gs * self.ep, self.ep, gs * self.ep, self.ep, 1 + self.r
         self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
         seg = self.r * self.ep if self.causal else 0
-        return x, xz, self.gs * self.ep, seg, self.gs * self.ep, seg, 1
+        return x, xz, gs * self.ep, seg, gs * self.ep, seg, 1
 
     def state_sums(self, x, do=None, den=None, dl=None, scale=1.0, g_first=0, n_walk=None, r=None):
         """la_state_kernel: the sums of sub-segments g_first .. g_first + n_walk - 1 (default all) into

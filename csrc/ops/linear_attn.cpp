@@ -358,30 +358,23 @@ int64_t segment_count(int64_t nc, int64_t quantum, int64_t per_segment, int64_t 
 // chunk after chunk: where segments are few and long, too few programs keep too few loads in flight.
 // So it splits each segment in two (R = 2; sub-segments of whole chunks and at least kMinStateRows
 // rows) where its `programs` per sub-segment still fit `per_sm` per multiprocessor (4 at 64
-// features, 2 above, where a program holds a 128-wide state) and, where the sums are scanned, the
-// scan still takes all G * R in one step of its loop (`max_scanned`, la_scan_kernel's GB: each step
+// features, 2 above, where a program holds a 128-wide state) and, where the sums are `scanned`, the
+// scan still takes all G * R in one step of its loop (`scan_step`, la_scan_kernel's GB: each step
 // more cost it 1.7 us at B4 H16 N4096 D64, 5.7 at N2048 D128). The walks keep their segments: they
 // read every R-th scanned state, or fold R sums per segment before theirs (_segment_state, has_s =
 // 1 + R). H200 (Triton JIT, the state pass alone, bf16, forward / backward mode, us): B4 H16 N4096
 // D64 R 1 -> 2: 26.7 -> 23.7 / 35.0 -> 27.1; N2048 D128 (G 2): 42.9 -> 22.7 / 41.5 -> 26.8; N4096
 // D128 (G 4), which this rule leaves at 1: 45.6 -> 49.2 / 54.7 -> 59.7. The kernels take any R, but
 // R = 4 (B4 H16 N2048 D128, no scan limit) failed one GPU test, not understood (results/
-// linear_attn.md, twenty-first session), so R stays at most kMaxStateSplit.
+// linear_attn.md, twenty-first session), so R is 1 or 2.
 constexpr int64_t kMinStateRows = 256;
-constexpr int64_t kMaxStateSplit = 2;
-// The most segments whose sums a walk folds (fold_scan, below).
-constexpr int64_t kFoldMaxSegments = 4;
 
 int64_t state_split(int64_t g, int64_t chunks, int64_t quantum, int64_t programs, int64_t block, bool causal,
-                    int64_t sms, int64_t max_scanned) {
-  if (!causal || g < 2) return 1;
+                    int64_t sms, bool scanned, int64_t scan_step) {
   const int64_t slots = (block <= 64 ? 4 : 2) * sms;
-  int64_t r = 1;
-  while (2 * r <= kMaxStateSplit && chunks % (2 * r) == 0 && chunks / (2 * r) * quantum >= kMinStateRows &&
-         2 * r * (g - 1) * programs <= slots && 2 * r * g <= max_scanned) {
-    r *= 2;
-  }
-  return r;
+  const bool split = causal && g >= 2 && chunks % 2 == 0 && chunks / 2 * quantum >= kMinStateRows &&
+                     2 * (g - 1) * programs <= slots && (!scanned || 2 * g <= scan_step);
+  return split ? 2 : 1;
 }
 
 // Causal calls this short (a decode step: N = 1) take la_decode_kernel, whose program serves all
@@ -461,13 +454,15 @@ struct Plan {
   int64_t feat;  // the kernels' compiled-in feature map (feature_key)
   int64_t nt_state, nt, nt_dv;  // Dv tiles of the state pass, the forward (and stats), the dv pass
   int64_t g, l, f, fd, e, ep;
-  // The state passes' splits (state_split): gs = g * r sub-segments of ls = l / r rows for the
-  // forward states, gs_rev of ls_rev for the backward's reverse states.
-  int64_t r, gs, ls, r_rev, gs_rev, ls_rev;
+  // The state passes' splits (state_split): g * r sub-segments of l / r rows for the forward
+  // states, g * r_rev for the backward's reverse states.
+  int64_t r, r_rev;
   bool fold_fwd, fold_bwd;  // la_fwd, and also la_bwd_dq, built to fold the scan (fold_scan)
   Tensor q, k, v;  // kernel-ready inputs
   Weights w;
 };
+
+bool fold_scan(const Plan& p, bool has_initial_state, bool returns_total, bool backward);
 
 // The plan's sizes, blocks, tiles and segments, from shapes alone (linear_attn_states_shape needs
 // them without tensors).
@@ -508,23 +503,17 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value, c_wgmma, c_dq_wgmma});
   const int64_t nc = ceil_div(sh.n, quantum);  // N >= 1: the callers return early on empty inputs
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
-  const int64_t g =
-      segment_count(nc, quantum, per_segment, p.bk, c_fwd.BT, causal, runtime::multiprocessor_count(device));
+  const int64_t sms = runtime::multiprocessor_count(device);
+  const int64_t g = segment_count(nc, quantum, per_segment, p.bk, c_fwd.BT, causal, sms);
   const int64_t chunks = ceil_div(nc, g);
   p.g = ceil_div(nc, chunks);
   p.l = chunks * quantum;
-  // The forward's walks fold the sums where segments are few (fold_scan; with no initial state);
-  // the backward's dk and dv always read scanned reverse states.
-  const int64_t sms = runtime::multiprocessor_count(device);
+  // The forward's walks fold the sums where they can (fold_scan, for calls without an initial
+  // state); the backward's dk and dv always read scanned reverse states.
   const int64_t scan_step = aot::la_scan_constexprs({at::kFloat}).GB;
-  const bool folds = p.fold_fwd && p.g <= kFoldMaxSegments;
   p.r = state_split(p.g, chunks, quantum, p.nt_state * sh.b * sh.hkv, p.bk, causal, sms,
-                    folds ? std::numeric_limits<int64_t>::max() : scan_step);
-  p.r_rev = state_split(p.g, chunks, quantum, p.nt_state * sh.b * sh.h, p.bk, causal, sms, scan_step);
-  p.gs = p.g * p.r;
-  p.ls = p.l / p.r;
-  p.gs_rev = p.g * p.r_rev;
-  p.ls_rev = p.l / p.r_rev;
+                    !fold_scan(p, false, false, false), scan_step);
+  p.r_rev = state_split(p.g, chunks, quantum, p.nt_state * sh.b * sh.h, p.bk, causal, sms, true, scan_step);
   p.f = sh.f();
   p.fd = p.f * sh.dv;
   p.e = p.fd + p.f;
@@ -615,6 +604,7 @@ Tensor sum_tile_shares(const Tensor& dl, Launches& config) {
 // variants whose state tile is at most kFoldMaxBlock square are built to fold (kernels.py
 // FOLD_MAX_BLOCK): H200, against the scan (ninth session): causal fwd B4 H16 N4096 D64 0.0956 ->
 // 0.0918 ms, fwd+bwd 0.462 -> 0.450 ms; built into the 128-feature kernels it cost them 3-5%.
+constexpr int64_t kFoldMaxSegments = 4;
 
 bool fold_scan(const Plan& p, bool has_initial_state, bool returns_total, bool backward) {
   return p.g > 1 && p.g <= kFoldMaxSegments && (backward ? p.fold_bwd : p.fold_fwd) && !has_initial_state &&
@@ -634,7 +624,8 @@ bool saved_fold(const Plan& p, bool has_initial_state) {
 Segments buffer_segments(const Plan& p, const Tensor& buffer, bool fold) {
   const float* base = buffer.const_data_ptr<float>();
   const int64_t seg_g = fold ? p.ep : p.causal ? p.r * p.ep : 0;
-  return {base, base + p.fd, p.gs * p.ep, seg_g, p.gs * p.ep, seg_g, fold ? 1 + p.r : 1};
+  const int64_t seg_bh = p.g * p.r * p.ep;
+  return {base, base + p.fd, seg_bh, seg_g, seg_bh, seg_g, fold ? 1 + p.r : 1};
 }
 
 // The state before each segment (causal) or the total (bidirectional); the initial state itself
@@ -652,11 +643,11 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
   const Shape& sh = p.sh;
   // No causal walk reads the last segment's sums; only the scan's total does (the folded walks
   // write the final state themselves): a quarter of the pass at four segments.
-  const int64_t n_walk = p.causal && (fold || tot_s == nullptr) ? p.r * (p.g - 1) : p.gs;
-  buffer = at::empty({sh.b, sh.hkv, p.gs, p.ep}, p.q.options().dtype(at::kFloat));
+  const int64_t n_walk = p.r * (p.causal && (fold || tot_s == nullptr) ? p.g - 1 : p.g);
+  buffer = at::empty({sh.b, sh.hkv, p.g * p.r, p.ep}, p.q.options().dtype(at::kFloat));
   aot::la_state({p.dtype, p.bk, 0, p.feat}, config(p.q, p.nt_state * n_walk * sh.b * sh.hkv, "linear_attn state"),
                 p.k.const_data_ptr(), p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), nullptr,
-                nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.gs, p.ls, 0, n_walk, p.phi.kind, sh.parts, 0, 1.0f,
+                nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g * p.r, p.l / p.r, 0, n_walk, p.phi.kind, sh.parts, 0, 1.0f,
                 st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
   if (!fold) {
     scan(p, buffer, buffer, p.r, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
@@ -669,7 +660,7 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
 // itself, and those the decode kernel takes hold their states in registers.
 std::vector<int64_t> saved_states_shape(const Plan& p) {
   if (p.causal && (p.g == 1 || p.sh.n <= kDecodeMaxRows)) return {0};
-  return {p.sh.b, p.sh.hkv, p.gs, p.ep};
+  return {p.sh.b, p.sh.hkv, p.g * p.r, p.ep};
 }
 
 void check_saved_states(const OptTensor& saved, at::IntArrayRef want, const Tensor& q) {
@@ -860,18 +851,19 @@ BwdResult bwd_cuda(
   Segments rev;
   Tensor r_buffer;
   if (p.g > 1 || !causal || state_grad) {
-    const Tensor rs = at::empty({sh.b, sh.h, p.gs_rev, p.ep}, f32);
+    const int64_t gs = p.g * p.r_rev;
+    const Tensor rs = at::empty({sh.b, sh.h, gs, p.ep}, f32);
     // Only dS0 and dz0 (the reverse scan's total) read the first segment's sums.
     const int64_t first = causal && !state_grad ? p.r_rev : 0;
     aot::la_state({p.dtype, p.bk, 1, p.feat},
-                  config(q, p.nt_state * (p.gs_rev - first) * sh.b * sh.h, "linear_attn_bwd segment sums"),
+                  config(q, p.nt_state * (gs - first) * sh.b * sh.h, "linear_attn_bwd segment sums"),
                   p.q.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), rs.mutable_data_ptr(), den_ptr,
-                  dl_ptr, sh.h, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.gs_rev, p.ls_rev, first, p.gs_rev - first,
-                  p.phi.kind, sh.parts,
+                  dl_ptr, sh.h, sh.n, p.dp, p.dvp, sh.d, sh.dv, gs, p.l / p.r_rev, first, gs - first, p.phi.kind,
+                  sh.parts,
                   phi.normalize, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(dout, 0),
                   st(dout, 1), st(dout, 2), p.w.stride_b, p.ep);
     const int64_t n_rep = sh.h / sh.hkv;
-    r_buffer = n_rep == 1 ? rs : at::empty({sh.b, sh.hkv, causal ? p.gs_rev : 1, p.ep}, f32);
+    r_buffer = n_rep == 1 ? rs : at::empty({sh.b, sh.hkv, causal ? gs : 1, p.ep}, f32);
     scan(p, rs, r_buffer, p.r_rev, n_rep, causal ? 1 : 2, dsf, dzf, ds0 ? &*ds0 : nullptr, dz0 ? &*dz0 : nullptr,
          config);
     // Segment g starts (walking back) from the state after its last sub-segment, R * g + R - 1.

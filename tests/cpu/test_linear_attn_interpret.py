@@ -113,7 +113,7 @@ def test_split_state_pass(state, causal_heads, split, seg_len):
         kw = dict(phi="elu+1", causal=True, s0=s0, z0=z0, seg_len=seg_len, split=r)
         st = drv._Setup(q, k, v, "elu+1", True, None, None, seg_len, r)
         n_seg = -(-400 // seg_len)
-        assert (st.g, st.gs, st.ls, st.r_rev) == (n_seg, n_seg * r, seg_len // r, r)
+        assert (st.g, st.l, st.r, st.r_rev) == (n_seg, seg_len, r, r)
         fwd = drv.forward(q, k, v, return_state=True, **kw)
         runs.append((*fwd, *drv.backward(dout, q, k, v, state_grad=state, **kw)[:5 if state else 3]))
     for name, whole, parts in zip(("out", "S", "z", "dq", "dk", "dv", "dS0", "dz0"), *runs):
