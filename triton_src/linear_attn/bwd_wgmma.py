@@ -1,10 +1,11 @@
 """The causal backward's walks in Gluon, for Hopper (sm_90a only): dq (la_bwd_dq_kernel's arguments
 and results: den and dl from the stats pass, or under STATS computed and written here), dv
 (la_bwd_dv_kernel's) and dk (la_bwd_dk_kernel's: under WITH_DV dv too), for bf16 tensors with one
-feature part (FEAT > 0) at 64 and 128 features and value columns (spec.py WGMMA_BWD_TILES; STATS and
-WITH_DV at 64, WGMMA_FUSED). One program holds all of F and all of Dv, so each grid has one tile:
-(H / Hkv) x G x B*Hkv for dq, G x B*Hkv for dv and dk. csrc/ops/linear_attn.cpp takes them where they
-are built for the device (and D and Dv take the same block) and keeps the Triton kernels elsewhere.
+feature part (FEAT > 0) at 64 and 128 features and value columns (spec.py WGMMA_BWD_TILES; STATS at
+both, WGMMA_DQ_STATS; WITH_DV at 64, WGMMA_FUSED). One program holds all of F and all of Dv, so each
+grid has one tile: (H / Hkv) x G x B*Hkv for dq, G x B*Hkv for dv and dk. csrc/ops/linear_attn.cpp
+takes them where they are built for the device (and D and Dv take the same block) and keeps the
+Triton kernels elsewhere.
 
 Why: at 128 features the Triton dq and dk tile F by 32 and dv tiles Dv by 64 (wider tiles spill), so
 each row block is read and its products recomputed by two to four programs, and the intra-chunk dots
@@ -19,8 +20,13 @@ bf16 tolerance, kernels._mm_state), g_i = dout_i / den_i and r_i = -(dout_i . ou
     gq = dout S^T,  ds = dout v^T,  S += kf^T v          (issued together)
     gq += r z^T + (tril(ds) + r) kf                      (1 / den_i left to the store)
     dq = gq * scale / den_i * phi'(q)
-STATS adds the forward's products (fwd_wgmma._chunk: qf S, tril(qf kf^T) and den) to dq's chunk,
-so that dq needs no stats pass; S's hi half is then the forward's bf16 rounding of S.
+STATS computes den and dout_i . out_i in dq's chunk, so that no stats pass runs, from one product
+more, A = qf kf^T (issued with the others): den_i = qf_i . z + rowsum(tril(A))_i + eps as the
+forward has it, and, before gq and ds take r, dout_i . (qf_i S + (tril(A) v)_i) =
+qf_i . gq_i + rowsum(tril(A) * ds)_i. The forward's own products (qf S and tril(A) v) are not run:
+8 wgmma groups a chunk become 6, and dout . out takes S in both halves where the forward's out took
+its hi half (a difference of one bf16 rounding of S, inside the tolerance the hi + lo split keeps
+for dq).
 dv and dk: _reverse_walk (later chunks first, each chunk once per query head of the kv head).
 Rows past N and padded feature columns load as zeros. Only elu+1's padded columns of qg need zeroing
 (the reverse walks contract over features with them); otherwise a padded column of kf or qg reaches
@@ -34,7 +40,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-from triton_src.linear_attn.fwd_wgmma import _chunk, _issue_tile, _launch_dependents, _phi, _start_state, _wait_for_primary
+from triton_src.linear_attn.fwd_wgmma import _issue_tile, _launch_dependents, _phi, _start_state, _wait_for_primary
 
 
 @gluon.jit
@@ -81,6 +87,7 @@ def la_bwd_dq_wgmma_kernel(
     mma_a: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN], instr_shape=[16, C // WN, 16])
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN], instr_shape=[16, BF // WN, 16])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    qa_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_a, k_width=2)
     nv: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     raw: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
     row: gl.constexpr = gl.SliceLayout(1, mma)
@@ -109,11 +116,16 @@ def la_bwd_dq_wgmma_kernel(
     Q_ON: gl.constexpr = (FEAT != 1) | (STATS != 0)  # q for phi'(q) (identity's is 1) and the stats' qf
     if Q_ON:
         q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BF], raw)
-    if STATS:
-        qf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BF], nv)
     kf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BF], nv)
     sh_s = gl.allocate_shared_memory(gl.bfloat16, [BF, BKV], nv)
     sl_s = gl.allocate_shared_memory(gl.bfloat16, [BF, BKV], nv)
+    # STATS's qf, the A operand of qf kf^T: through shared memory at 64 features (from registers,
+    # with its features computed again for den and dout . out: 1914 against 1829 instructions a
+    # chunk under elu+1, and a spill), from registers at 128, where a shared copy would take the
+    # kernel 1 KB past sm_90's 227 KB.
+    QF_SHARED: gl.constexpr = BF <= 64
+    if STATS and QF_SHARED:
+        qf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BF], nv)
 
     ci = gl.arange(0, C, layout=gl.SliceLayout(1, ld))
     cd = gl.arange(0, BF, layout=gl.SliceLayout(0, ld))
@@ -157,34 +169,47 @@ def la_bwd_dq_wgmma_kernel(
         dt = d_s.index(slot)
         vt = v_s.index(slot)
         rows = r0 + it * C + oi
+        if STATS:  # elu+1 maps the zeros loaded for padding to 1: zero qf's, or where qf stays
+            if QF_SHARED:  # in the layouts of its products, kf's, which they all contract against
+                qf = _phi(q_s.index(slot).load(ld).to(gl.float32), FEAT)
+                if FEAT == 2:
+                    qf = qf * f_on[None, :]
+                qf_s.store(qf.to(gl.bfloat16))
+                qa = qf_s
+            else:
+                if FEAT == 2:
+                    kf = kf * f_on[None, :]
+                qa = _phi(q_s.index(slot).load(qa_op).to(gl.float32), FEAT).to(gl.bfloat16)
+        kf_s.store(kf.to(gl.bfloat16))
+        fence_async_shared()
+        gq = warpgroup_mma(dt, sh_s.permute((1, 0)), zero_q, use_acc=False, is_async=True)
+        gq = warpgroup_mma(dt, sl_s.permute((1, 0)), gq, is_async=True)
+        ds = warpgroup_mma(dt, vt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+        if STATS:
+            a = warpgroup_mma(qa, kf_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+        S = warpgroup_mma(kf_s.permute((1, 0)), vt, S, is_async=True)
         if STATS:
             zq = gl.convert_layout(z, gl.SliceLayout(0, mma))  # z before this chunk
-            gq = warpgroup_mma(dt, sh_s.permute((1, 0)), zero_q, use_acc=False, is_async=True)
-            gq = warpgroup_mma(dt, sl_s.permute((1, 0)), gq, is_async=True)
-            ds = warpgroup_mma(dt, vt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
-            # The forward's products for the rows' outputs and den (stores qf and kf, updates S and
-            # z, waits for every product above, and leaves S's bf16 rounding, its hi half, in sh_s).
-            qf = _phi(q_s.index(slot).load(ld).to(gl.float32), FEAT)
-            if FEAT == 2:  # elu+1 maps the zeros loaded for padding to 1
-                qf = qf * f_on[None, :]
-            o, S, z, den = _chunk(qf, kf, qf_s, kf_s, sh_s, vt, S, z, zero_q, zero_a, causal, a_op, row)
-            sl_s.store((S - S.to(gl.bfloat16).to(gl.float32)).to(gl.bfloat16))
-            gq, ds = warpgroup_mma_wait(0, deps=(gq, ds))
-            # la_fwd_wgmma_kernel's stats: den_i with eps, and dl_i = dout_i . out_i.
-            den = den * scale + eps
+            if QF_SHARED:
+                den_z = gl.convert_layout(gl.sum(qf * z[None, :], 1), row)
+                qm = qf_s.load(mma).to(gl.float32)
+            else:
+                qm = _phi(q_s.index(slot).load(mma).to(gl.float32), FEAT)
+            z += gl.sum(kf, 0)
+            gq, ds, a = warpgroup_mma_wait(1, deps=(gq, ds, a))  # the state update may still run
+            if not QF_SHARED:
+                den_z = gl.sum(qm * zq[None, :], 1)
+            # The forward's den_i with eps, and dl_i = dout_i . out_i from gq and ds before they
+            # take r: dout_i . (qf_i S) = qf_i . gq_i and dout_i . (tril(A) v)_i = rowsum(tril(A) * ds)_i.
+            a = gl.where(causal, a, 0.0)
+            den = (den_z + gl.convert_layout(gl.sum(a, 1), row)) * scale + eps
             inv = 1.0 / den
-            dl = gl.sum(dt.load(mma).to(gl.float32) * o, 1) * (scale * inv)
+            dl = (gl.sum(qm * gq, 1) + gl.convert_layout(gl.sum(a * ds, 1), row)) * (scale * inv)
             r_ok = rows < N
             gl.store(den_ptr + bh * N + rows, den, mask=r_ok)
             gl.store(dl_ptr + bh * N + rows, dl, mask=r_ok)
             ndl = -dl
         else:
-            kf_s.store(kf.to(gl.bfloat16))
-            fence_async_shared()
-            gq = warpgroup_mma(dt, sh_s.permute((1, 0)), zero_q, use_acc=False, is_async=True)
-            gq = warpgroup_mma(dt, sl_s.permute((1, 0)), gq, is_async=True)
-            ds = warpgroup_mma(dt, vt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
-            S = warpgroup_mma(kf_s.permute((1, 0)), vt, S, is_async=True)
             inv, ndl = _row_scales(den_ptr, dl_ptr, bh, rows, N, normalize)
             zq = gl.convert_layout(z, gl.SliceLayout(0, mma))
             z += gl.sum(kf, 0)
@@ -192,15 +217,11 @@ def la_bwd_dq_wgmma_kernel(
         ds = gl.where(causal, ds + gl.convert_layout(ndl, gl.SliceLayout(1, mma_a))[:, None], 0.0)
         gq += ndl[:, None] * zq[None, :]
         gq = warpgroup_mma(gl.convert_layout(ds.to(gl.bfloat16), a_op), kf_s, gq, is_async=True)
-        if STATS:  # S's halves were replaced above, after gq's products had read them
-            gq = warpgroup_mma_wait(0, deps=(gq,))
-            fence_async_shared()
-        else:
-            gq, S = warpgroup_mma_wait(0, deps=(gq, S))
-            hi = S.to(gl.bfloat16)  # the halves of this chunk's gq have been read: they may be replaced
-            sh_s.store(hi)
-            sl_s.store((S - hi.to(gl.float32)).to(gl.bfloat16))
-            fence_async_shared()
+        gq, S = warpgroup_mma_wait(0, deps=(gq, S))
+        hi = S.to(gl.bfloat16)  # the halves of this chunk's gq have been read: they may be replaced
+        sh_s.store(hi)
+        sl_s.store((S - hi.to(gl.float32)).to(gl.bfloat16))
+        fence_async_shared()
         dq = gq * (scale * inv)[:, None]
         if FEAT != 1:
             dq = dq * _dphi(q_s.index(slot).load(mma).to(gl.float32), FEAT)

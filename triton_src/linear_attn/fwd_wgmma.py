@@ -1,9 +1,9 @@
 """The causal forward walk of kernels.la_fwd_kernel in Gluon, for Hopper (sm_90a only): same
 arguments, grid and results, for bf16 tensors with one feature part (FEAT > 0): the plain forward
 and, as the STATS variant, the backward's stats pass (den_i and dout_i . out_i where dq does not
-compute them itself: 128 features or value columns). csrc/ops/linear_attn.cpp takes it where it is
-built for the device and keeps la_fwd_kernel for everything else (other dtypes, Cosformer,
-bidirectional mode).
+compute them itself: where D and Dv fall in different blocks, so that Gluon's dq does not run).
+csrc/ops/linear_attn.cpp takes it where it is built for the device and keeps la_fwd_kernel for
+everything else (other dtypes, Cosformer, bidirectional mode).
 
 Why a second form of the same walk: Triton's tl.dot waits for each wgmma before the next
 instruction, and at 128 features the Triton walk takes 32-row chunks (wider ones spill) whose
