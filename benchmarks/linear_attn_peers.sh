@@ -3,7 +3,8 @@
 # run, at the shapes (neuralops/bench/linear_attn.py cases; the harness, L2 flushed,
 # medians). fla's first calls compile and autotune for minutes (the thirteenth session's N65536 D128
 # fwd+bwd took 420 s; its compile cache holds thousands of files, too many to bring back from a
-# lease), so each case prints its rows, line by line, as it finishes.
+# lease), so each case prints its own rows as it finishes (a lease that ends mid-run keeps them),
+# and the whole table comes once, last.
 # Usage (on the GPU machine, from the repository root; the wheel from
 # `pip download --no-deps fla-core==0.6.0 -d <dir>`):
 #   FLA_WHEELS=<dir> [NEURALOPS_AOT_PREBUILT=<dir>] OUT=/tmp/out \
@@ -32,7 +33,9 @@ for spec in sys.argv[1:]:
     kind, *shape = spec.split()
     start = time.time()
     case = {"fwd": b._causal_fwd, "fwd_bwd": b._causal_fwd_bwd}[kind](*map(int, shape))
-    rows += harness.run([case], t, bandwidth, rate)
-    print(f"({spec}: {time.time() - start:.0f} s with compiles)")
-    print(harness.markdown(rows), flush=True)
+    new = harness.run([case], t, bandwidth, rate)
+    rows += new
+    print(harness.markdown(new))
+    print(f"({spec}: {time.time() - start:.0f} s with compiles)", flush=True)
+print(harness.markdown(rows))
 EOF

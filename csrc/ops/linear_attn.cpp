@@ -497,9 +497,8 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   p.fold_bwd = p.fold_fwd && c_dq.BF <= kFoldMaxBlock && bkv <= kFoldMaxBlock;
   const aot::LaFwdWgmmaKey wgmma_key{p.dtype, p.bk, causal, p.feat, 0};
   const int64_t c_wgmma = aot::la_fwd_wgmma_built(wgmma_key) ? aot::la_fwd_wgmma_constexprs(wgmma_key).C : 1;
-  // Each map builds Gluon's dq with the stats or without them (spec.py _wgmma_dq_built), both with one C.
-  aot::LaBwdDqWgmmaKey dq_wgmma_key{p.dtype, bkv, causal, p.feat, 0};
-  if (!aot::la_bwd_dq_wgmma_built(dq_wgmma_key)) dq_wgmma_key.STATS = 1;
+  // Every map builds Gluon's dq with the stats (spec.py _wgmma_dq_built), which has its plain variant's C.
+  const aot::LaBwdDqWgmmaKey dq_wgmma_key{p.dtype, bkv, causal, p.feat, 1};
   const int64_t c_dq_wgmma =
       aot::la_bwd_dq_wgmma_built(dq_wgmma_key) ? aot::la_bwd_dq_wgmma_constexprs(dq_wgmma_key).C : 1;
   const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value, c_wgmma, c_dq_wgmma});
@@ -793,7 +792,7 @@ BwdResult bwd_cuda(
   // la_bwd_dq_wgmma (one program for all of F and Dv, spec.py WGMMA_BWD_TILES) where it is built for
   // this device and D and Dv take the same block, else the Triton kernel over feature tiles. Where
   // one dq program holds all of F (and all of Dv) and its variant is built (STATS: spec.py
-  // WGMMA_DQ_STATS for Gluon's, FUSED_BLOCK for Triton's), it computes its rows' den and dout . out
+  // _wgmma_dq_built for Gluon's, FUSED_BLOCK for Triton's), it computes its rows' den and dout . out
   // itself instead of a stats pass that reads q, k, v and dout a second time.
   const aot::LaBwdDqWgmmaKey dq_wgmma_key{
       p.dtype, bkv, causal, p.feat, phi.normalize && aot::la_bwd_dq_wgmma_built({p.dtype, bkv, causal, p.feat, 1})};

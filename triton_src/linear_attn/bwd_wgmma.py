@@ -2,7 +2,7 @@
 and results: den and dl from the stats pass, or under STATS computed and written here), dv
 (la_bwd_dv_kernel's) and dk (la_bwd_dk_kernel's: under WITH_DV dv too), for bf16 tensors with one
 feature part (FEAT > 0) at 64 and 128 features and value columns (spec.py WGMMA_BWD_TILES; STATS at
-both, WGMMA_DQ_STATS; WITH_DV at 64, WGMMA_FUSED). One program holds all of F and all of Dv, so each
+both, _wgmma_dq_built; WITH_DV at 64, WGMMA_FUSED). One program holds all of F and all of Dv, so each
 grid has one tile: (H / Hkv) x G x B*Hkv for dq, G x B*Hkv for dv and dk. csrc/ops/linear_attn.cpp
 takes them where they are built for the device (and D and Dv take the same block) and keeps the
 Triton kernels elsewhere.

@@ -10,7 +10,7 @@ else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time 
 5 kernels * 2 modes * 4 feature maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan
 + the 8 each of the fused dq and dk (STATS, WITH_DV: see FUSED_BLOCK) + the 12 of the Gluon causal
 forward (la_fwd_wgmma: bf16, blocks 64 and 128, three maps, the plain forward and the stats pass)
-and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128, WGMMA_DQ_STATS: dq with the
+and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128, _wgmma_dq_built: dq with the
 stats for three maps and without them for softmax_free; block 128: dv and dk for three maps; block
 64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES, WGMMA_BWD_TILES) = 333 variants. The bf16
 tiles of blocks 64 and 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64;
@@ -72,10 +72,6 @@ WGMMA_BWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
 # spill, and the fused kernel still wins (H200, B4 H16 N4096); at 128 (8 warps) it would need more
 # than 255.
 WGMMA_FUSED = (64,)
-# Blocks whose Gluon dq also computes the stats (STATS, for normalized maps: no stats pass). It takes
-# them from its own products and one more, qf kf^T (bwd_wgmma.py), where it first ran the forward's
-# three: 255 registers and no spill at 64, 40-48 bytes at 128 (benchmarks/cubin_stats.py).
-WGMMA_DQ_STATS = (64, 128)
 WGMMA_ARCHS = (90,)
 
 
@@ -279,11 +275,11 @@ def _wgmma_spec(name: str, source: str, params, tiles: dict, block: str, extra_k
 
 
 def _wgmma_dq_built(key: dict) -> bool:
-    """Where dq takes the stats (WGMMA_DQ_STATS), its plain variant serves only softmax_free, whose
-    map is identity's (FEAT 1) and which has no stats."""
-    if key["BKV"] in WGMMA_DQ_STATS:
-        return key["STATS"] == 1 or key["FEAT"] == PHI_KINDS["identity"] + 1
-    return key["STATS"] == 0
+    """Gluon's dq computes the stats (STATS, for normalized maps: no stats pass) at every block, from
+    its own products and one more, qf kf^T (bwd_wgmma.py): 255 registers and no spill at 64, 40-48
+    bytes at 128 (benchmarks/cubin_stats.py). Its plain variant serves only softmax_free, whose map
+    is identity's and which has no stats."""
+    return key["STATS"] == 1 or key["FEAT"] == PHI_KINDS["identity"] + 1
 
 
 WGMMA_KERNELS = [
