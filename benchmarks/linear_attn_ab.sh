@@ -6,7 +6,9 @@
 # linear-attention calls of both builds in alternation, two rounds (results/linear_attn.md,
 # eighteenth and nineteenth sessions). AOT output may be carried for either tree.
 # Usage (on the GPU machine, from the repository root):
-#   OLD=<dir> [NEW_AOT=<dir>] [OLD_AOT=<dir>] [KERNEL_CASES="f64 fb128s"] OUT=/tmp/out bash benchmarks/linear_attn_ab.sh
+#   OLD=<dir> [NEW_AOT=<dir>] [OLD_AOT=<dir>] [KERNEL_CASES="f64 fb128s"] [CALL_CASES="fp16 D64"] \
+#     OUT=/tmp/out bash benchmarks/linear_attn_ab.sh
+# (CALL_CASES: linear_attn_calls.py's name filters; all cases without it.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-/tmp/neuralops-ab}"
@@ -39,7 +41,7 @@ for build in old new; do
 done
 for round in 1 2; do
   echo "== calls, old build (round $round)"
-  PYTHONPATH=/tmp/old_site timeout 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" 2>&1 | tee "$OUT/calls_old_$round.txt"
+  PYTHONPATH=/tmp/old_site timeout 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" ${CALL_CASES:-} 2>&1 | tee "$OUT/calls_old_$round.txt"
   echo "== calls, new build (round $round)"
-  timeout 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" 2>&1 | tee "$OUT/calls_new_$round.txt"
+  timeout 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" ${CALL_CASES:-} 2>&1 | tee "$OUT/calls_new_$round.txt"
 done

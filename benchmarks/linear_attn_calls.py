@@ -1,11 +1,15 @@
 """Whole-call medians (L2 flushed) of the linear-attention shapes the issue and the sweeps track, for
 the installed neuralops: run it once per build in one lease to compare builds (results/linear_attn.md,
 ninth session's A/B). bf16 unless marked; causal forward, causal forward+backward, bidirectional
-forward; the last three rows (256 features, fp16) were added after the ninth session's first A/B.
+forward; the 256-feature and fp16 bidirectional rows were added after the ninth session's first A/B, the
+fp16 forward+backward rows in the twenty-third session.
 
-    python benchmarks/linear_attn_calls.py        # with neuralops installed, on a machine with a GPU
+    python benchmarks/linear_attn_calls.py [text ...]  # with neuralops installed, on a machine with a GPU
+
+With arguments, only the cases whose name contains one of them (e.g. `fp16`).
 """
 
+import sys
 from typing import Callable
 
 import torch
@@ -29,8 +33,9 @@ def fwd_case(b: int, h: int, n: int, d: int, causal: bool,
     return name, lambda: la.fwd(q, k, v, causal)
 
 
-def fwd_bwd_case(b: int, h: int, n: int, d: int) -> tuple[str, Callable[[], object]]:
-    q, k, v = _inputs(b, h, n, d, grad=True)
+def fwd_bwd_case(b: int, h: int, n: int, d: int,
+                 dtype: torch.dtype = torch.bfloat16) -> tuple[str, Callable[[], object]]:
+    q, k, v = _inputs(b, h, n, d, grad=True, dtype=dtype)
     grad_out = torch.randn_like(q)
 
     def step() -> None:
@@ -38,7 +43,8 @@ def fwd_bwd_case(b: int, h: int, n: int, d: int) -> tuple[str, Callable[[], obje
             t.grad = None
         la.fwd(q, k, v, True).backward(grad_out)
 
-    return f"causal fwd+bwd B{b} H{h} N{n} D{d}", step
+    tag = "" if dtype == torch.bfloat16 else " fp16"
+    return f"causal fwd+bwd{tag} B{b} H{h} N{n} D{d}", step
 
 
 def main() -> None:
@@ -49,8 +55,12 @@ def main() -> None:
              fwd_bwd_case(4, 16, 4096, 128), fwd_bwd_case(1, 16, 65536, 128),
              fwd_case(4, 16, 4096, 64, False), fwd_case(4, 16, 4096, 128, False), fwd_case(1, 16, 65536, 128, False),
              fwd_case(4, 16, 4096, 256, True), fwd_case(4, 16, 4096, 256, False),
-             fwd_case(4, 16, 4096, 128, False, torch.float16)]
+             fwd_case(4, 16, 4096, 128, False, torch.float16),
+             fwd_bwd_case(4, 16, 4096, 64, torch.float16), fwd_bwd_case(4, 16, 2048, 64, torch.float16),
+             fwd_bwd_case(4, 16, 4096, 32, torch.float16)]
     for name, run in cases:
+        if len(sys.argv) > 1 and not any(text in name for text in sys.argv[1:]):
+            continue
         print(f"{name:40s} {timer.median_ms(run):.4f} ms", flush=True)
 
 

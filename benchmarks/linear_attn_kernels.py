@@ -23,6 +23,7 @@ CASES = {
     "fb64s": lambda: fwd_bwd_case(4, 16, 2048, 64), "fb128s": lambda: fwd_bwd_case(4, 16, 2048, 128),
     "fb128L": lambda: fwd_bwd_case(1, 16, 65536, 128), "b64": lambda: fwd_case(4, 16, 4096, 64, False),
     "b128": lambda: fwd_case(4, 16, 4096, 128, False), "b128L": lambda: fwd_case(1, 16, 65536, 128, False),
+    "fb64h": lambda: fwd_bwd_case(4, 16, 4096, 64, torch.float16),
 }
 
 

@@ -9,8 +9,8 @@ import triton
 
 from triton_src.linear_attn import kernels as K
 from triton_src.linear_attn.spec import (BLOCKS, DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
-                                         STATE_TILES, TILES, VALUE_TILES, feature_key, fwd_tiles,
-                                         fused_built)
+                                         STATE_TILES, TILES, VALUE_TILES, dq_stats_built, feature_key,
+                                         fwd_tiles, fused_built)
 
 
 def pad16(x: int) -> int:
@@ -254,21 +254,21 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
     return _unpad(out, st.dv), sf, zf
 
 
-def _fused(st: _Setup) -> bool:
-    """Whether one dq or dk program holds all of F and the fused variants are built for it."""
+def _fused(st: _Setup, built) -> bool:
+    """Whether one dq or dk program holds all of F and `built` (a spec rule) builds its variant."""
     bkv = block_for(st.dtype, st.dvp)
     one_tile = triton.cdiv(st.dp, VALUE_TILES[st.dtype, bkv][1] // st.n_parts) == 1
-    return one_tile and fused_built({"dtype": st.dtype, "BKV": bkv})
+    return one_tile and built({"dtype": st.dtype, "BKV": bkv})
 
 
 def dq_uses_stats(st: _Setup) -> bool:
     """csrc's dq_key: dq computes den and dout . out itself (normalized maps only)."""
-    return bool(st.normalize) and _fused(st)
+    return bool(st.normalize) and _fused(st, dq_stats_built)
 
 
 def dk_computes_dv(st: _Setup) -> bool:
     """csrc's dv_in_dk: dk computes dv too."""
-    return _fused(st)
+    return _fused(st, fused_built)
 
 
 def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,

@@ -792,7 +792,7 @@ BwdResult bwd_cuda(
   // la_bwd_dq_wgmma (one program for all of F and Dv, spec.py WGMMA_BWD_TILES) where it is built for
   // this device and D and Dv take the same block, else the Triton kernel over feature tiles. Where
   // one dq program holds all of F (and all of Dv) and its variant is built (STATS: spec.py
-  // _wgmma_dq_built for Gluon's, FUSED_BLOCK for Triton's), it computes its rows' den and dout . out
+  // _wgmma_dq_built for Gluon's, dq_stats_built for Triton's), it computes its rows' den and dout . out
   // itself instead of a stats pass that reads q, k, v and dout a second time.
   const aot::LaBwdDqWgmmaKey dq_wgmma_key{
       p.dtype, bkv, causal, p.feat, phi.normalize && aot::la_bwd_dq_wgmma_built({p.dtype, bkv, causal, p.feat, 1})};

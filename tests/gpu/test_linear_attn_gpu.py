@@ -88,6 +88,29 @@ def test_every_mode_forward_and_backward(phi, causal, cosformer, gqa, dtype):
         assert_close(name, leaf.grad, g, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("gqa", [False, True])
+@pytest.mark.parametrize("cosformer", [False, True])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("phi", PHIS)
+def test_fused_backward_every_mode(phi, causal, cosformer, gqa, dtype):
+    """Where one dq program holds all features and value columns (64: spec.dq_stats_built, and
+    for bf16 dk with dv, spec.fused_built; on sm_90 bf16 takes the Gluon kernels), which the
+    48 x 80 shape above leaves to the separate passes: every mode, odd N and padded D and Dv."""
+    b, h, hkv, n, d, dv = 2, 4, (2 if gqa else 4), 333, (24 if cosformer else 40), 56
+    q, k, v = make(b, h, hkv, n, d, dv, dtype, phi=phi)
+    cos, sin = weights(n, b) if cosformer else (None, None)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    poison_allocator()
+    out = la.fwd(*leaves, causal, phi, 1e-6, cos, sin, scale=0.37)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    ref, _, grads = reference(q, k, v, phi, causal, cos, sin, 0.37, grad_out=grad_out)
+    assert_close("out", out, ref, dtype)
+    for name, leaf, g in zip(("dq", "dk", "dv"), leaves, grads):
+        assert_close(name, leaf.grad, g, dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("b,h,hkv,n,d,dv,cosformer", [
     (1, 1, 1, 1, 16, 16, False),      # one row

@@ -61,9 +61,10 @@ dout_i . out_i, ``la_state_kernel`` in GRADS mode each segment's sums of qf^T g 
 reverse scan's input), ``la_bwd_dq_kernel`` dq, ``la_bwd_dv_kernel`` and ``la_bwd_dk_kernel`` dv
 and dk, summing over the query heads of each kv head (GQA: K and V are never expanded). Each pass
 tiles its output: Dv-tiled passes hold all F features (the contraction of s_ij), dq and dk tiles of
-features hold all of Dv. Where one dq or dk program holds all of F (spec.fused_built), the backward
-runs two passes fewer over q, k, v and grad_out: dq computes its rows' den_i and dout_i . out_i
-itself (STATS, for dk, dv and the reverse state pass after it), and dk computes dv (WITH_DV).
+features hold all of Dv. Where one dq or dk program holds all of F, the backward runs up to two
+passes fewer over q, k, v and grad_out: dq computes its rows' den_i and dout_i . out_i itself
+(STATS, for dk, dv and the reverse state pass after it; spec.dq_stats_built), and dk computes dv
+(WITH_DV; spec.fused_built).
 
 Precision (spec.PRECISION). bf16 tensors use bf16 dot operands, the tensor cores' full rate: the
 features, A, v, g and dout round to bf16, and a running state enters its dots as a hi + lo pair of
@@ -743,29 +744,35 @@ def la_bwd_dq_kernel(
         dout = _load_in(_row_ptrs(db, rows, N, sd_n) + vc[None, :], v_ok[None, :])
         kf = _features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, CAUSAL, BF)
         vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], (v_ok & (CAUSAL != 0))[None, :])
+        gq = _mm_state(dout, tl.trans(s), PREC, BKV)  # dout S^T
+        if CAUSAL:
+            ds = _mm(dout, tl.trans(vt), PREC)  # dout v^T
         if STATS:
-            # The rows' outputs before normalization (num) and den, as the forward computes them
-            # (its rounding of the state and its dots for the sums): this program reads q, k, v and
-            # dout once where a separate stats pass would read all four again.
+            # den_i as the forward has it, and dout_i . out_i from the products above before they
+            # take r: out_i's numerator is qf_i S + (tril(A) v)_i with A = qf kf^T, so dout_i . out_i
+            # den_i = qf_i . gq_i + rowsum(tril(A) * ds)_i. One product (A) where the forward's
+            # outputs would take three, and this program reads q, k, v and dout once where a
+            # separate stats pass would read all four again.
             qf = _op(_features(qb, rows, N, sq_n, d0, D, wc, ws, n_parts, phi_kind, scale, 1, BF), PREC)
-            num = _mm(qf, s, PREC)
             if PREC == 1:
                 dacc = tl.dot(qf, _z_operand(_z_columns(z, BF)))
             else:
                 den = tl.sum(qf.to(tl.float32) * z[None, :], 1)
+            dot_o = tl.sum(qf.to(tl.float32) * gq, 1)
             if CAUSAL:
-                a = _mm(qf, tl.trans(kf), PREC)
-                a = tl.where(ci[:, None] >= ci[None, :], a, 0.0)
+                # A as den's dot takes it (bf16 for PREC 1): where the two sums round A differently,
+                # the first row's dq, (dout_0 . v_0 - dout_0 . out_0) / den_0, no longer cancels.
+                a = _op(tl.where(ci[:, None] >= ci[None, :], _mm(qf, tl.trans(kf), PREC), 0.0), PREC)
                 if PREC == 1:
                     dacc = _mma(a, ones_row, dacc, PREC)
                 else:
                     den += tl.sum(a, 1)
-                num = _mma(a, vt, num, PREC)
+                dot_o += tl.sum(a.to(tl.float32) * ds, 1)
             if PREC == 1:
                 den = tl.sum(dacc, 1)
             den += eps
             inv = 1.0 / den
-            dl = tl.sum(dout.to(tl.float32) * num, 1) * inv
+            dl = dot_o * inv
             r_ok = rows < N
             tl.store(den_ptr + bh * N + rows, den, mask=r_ok)
             tl.store(dl_ptr + bh * N + rows, dl, mask=r_ok)
@@ -773,10 +780,9 @@ def la_bwd_dq_kernel(
         else:
             inv, ndl = _row_grad_scales(den_ptr, dl_ptr, bh, rows, N, normalize)
         # dqf_i / (1 / den_i): 1 / den_i goes into the store's row multiplier.
-        gq = _mm_state(dout, tl.trans(s), PREC, BKV) + ndl[:, None] * z[None, :]
+        gq += ndl[:, None] * z[None, :]
         if CAUSAL:
-            ds = _mm(dout, tl.trans(vt), PREC) + ndl[:, None]
-            ds = tl.where(ci[:, None] >= ci[None, :], ds, 0.0)
+            ds = tl.where(ci[:, None] >= ci[None, :], ds + ndl[:, None], 0.0)
             gq += _mm(ds, kf, PREC)
             s += _mm(tl.trans(kf), vt, PREC)
             z += tl.sum(kf, 0)

@@ -8,11 +8,12 @@ kernels with a causal and a bidirectional mode also take it as a key, the state 
 forward or backward mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything
 else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time argument:
 5 kernels * 2 modes * 4 feature maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan
-+ the 8 each of the fused dq and dk (STATS, WITH_DV: see FUSED_BLOCK) + the 12 of the Gluon causal
++ the 16 of dq with the stats (STATS: bf16 and fp16, see FUSED_BLOCK) and the 8 of dk with dv
+(WITH_DV: bf16) + the 12 of the Gluon causal
 forward (la_fwd_wgmma: bf16, blocks 64 and 128, three maps, the plain forward and the stats pass)
 and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128, _wgmma_dq_built: dq with the
 stats for three maps and without them for softmax_free; block 128: dv and dk for three maps; block
-64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES, WGMMA_BWD_TILES) = 333 variants. The bf16
+64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES, WGMMA_BWD_TILES) = 341 variants. The bf16
 tiles of blocks 64 and 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64;
 at 128 features the state pass and the forward have their own, STATE_TILES and FWD_TILES, and the
 bidirectional forward BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins
@@ -222,16 +223,30 @@ _KERNELS = {
 # stats pass 72.9 + dq 79.7 us -> 126.9 us, dv 62.5 + dk 85.3 us -> 125.5 us): bf16 0.442 ->
 # 0.399 ms, softmax_free 0.319 -> 0.304 ms, D32 relu 0.391 -> 0.341 ms; both spill (48-264 bytes)
 # and are still faster. fp16, whose tf32 operands take twice the registers, spilled 600-760 bytes
-# and went 0.764 -> 0.811 ms: not built.
+# and went 0.764 -> 0.811 ms: not built then. Since dq takes dout . out from its own products
+# (twenty-third session: one product where the forward's outputs took three) its fp16 variant
+# spills 360 bytes at sm_90 (512 before; 504 against 768 at sm_80), and fp16 builds dq's STATS
+# (STATS_DTYPES); dk's WITH_DV stays bf16 only.
 FUSED_BLOCK = 64
+STATS_DTYPES = ("bf16", "fp16")
+
+
+def _holds_all_features(key: dict) -> bool:
+    return key["BKV"] == FUSED_BLOCK and VALUE_TILES[key["dtype"], FUSED_BLOCK][1] == FUSED_BLOCK
 
 
 def fused_built(key: dict) -> bool:
-    return key["dtype"] == "bf16" and key["BKV"] == FUSED_BLOCK and VALUE_TILES["bf16", FUSED_BLOCK][1] == FUSED_BLOCK
+    """dk computes dv (la_bwd_dk_kernel WITH_DV)."""
+    return key["dtype"] == "bf16" and _holds_all_features(key)
+
+
+def dq_stats_built(key: dict) -> bool:
+    """dq computes the stats (la_bwd_dq_kernel STATS)."""
+    return key["dtype"] in STATS_DTYPES and _holds_all_features(key)
 
 
 # Keys beyond (dtype, block, mode, FEAT), with the rule for which of their variants are built.
-_EXTRA_KEYS = {"la_bwd_dq": ({"STATS": (0, 1)}, lambda key: key["STATS"] == 0 or fused_built(key)),
+_EXTRA_KEYS = {"la_bwd_dq": ({"STATS": (0, 1)}, lambda key: key["STATS"] == 0 or dq_stats_built(key)),
                "la_bwd_dk": ({"WITH_DV": (0, 1)}, lambda key: key["WITH_DV"] == 0 or fused_built(key))}
 
 
