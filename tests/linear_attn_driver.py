@@ -9,8 +9,8 @@ import triton
 
 from triton_src.linear_attn import kernels as K
 from triton_src.linear_attn.spec import (BLOCKS, DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
-                                         STATE_TILES, TILES, VALUE_TILES, dq_stats_built, feature_key,
-                                         fwd_tiles, fused_built)
+                                         STATE_TILES, TILES, VALUE_TILES, dk_dv_built, dq_stats_built,
+                                         feature_key, fwd_tiles)
 
 
 def pad16(x: int) -> int:
@@ -268,7 +268,7 @@ def dq_uses_stats(st: _Setup) -> bool:
 
 def dk_computes_dv(st: _Setup) -> bool:
     """csrc's dv_in_dk: dk computes dv too."""
-    return _fused(st, fused_built)
+    return _fused(st, dk_dv_built)
 
 
 def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,

@@ -174,7 +174,7 @@ def test_fused_backward_against_separate_passes(monkeypatch, causal, cos, phi, d
     assert drv.dq_uses_stats(st) == (phi != "softmax_free")
     assert drv.dk_computes_dv(st) == (dtype == torch.bfloat16)  # fp16: dq only (spec.dq_stats_built)
     fused = drv.backward(dout, q, k, v, **kw)[:3]
-    monkeypatch.setattr(drv, "fused_built", lambda key: False)
+    monkeypatch.setattr(drv, "dk_dv_built", lambda key: False)
     monkeypatch.setattr(drv, "dq_stats_built", lambda key: False)
     separate = drv.backward(dout, q, k, v, **kw)[:3]
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
@@ -197,7 +197,7 @@ def test_fused_backward_against_separate_passes(monkeypatch, causal, cos, phi, d
 ])
 def test_fused_backward_rule(d, dv, dtype, cos, stats, with_dv):
     """Where the backward runs fused kernels: one dq or dk program must hold all features
-    (spec.dq_stats_built, spec.fused_built); dq folds in the stats pass only for normalized maps."""
+    (spec.dq_stats_built, spec.dk_dv_built); dq folds in the stats pass only for normalized maps."""
     q = torch.empty(1, 2, 256, d, dtype=dtype)
     v = torch.empty(1, 2, 256, dv, dtype=dtype)
     w = torch.ones(256) if cos else None

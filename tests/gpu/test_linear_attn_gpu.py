@@ -95,7 +95,7 @@ def test_every_mode_forward_and_backward(phi, causal, cosformer, gqa, dtype):
 @pytest.mark.parametrize("phi", PHIS)
 def test_fused_backward_every_mode(phi, causal, cosformer, gqa, dtype):
     """Where one dq program holds all features and value columns (64: spec.dq_stats_built, and
-    for bf16 dk with dv, spec.fused_built; on sm_90 bf16 takes the Gluon kernels), which the
+    for bf16 dk with dv, spec.dk_dv_built; on sm_90 bf16 takes the Gluon kernels), which the
     48 x 80 shape above leaves to the separate passes: every mode, odd N and padded D and Dv."""
     b, h, hkv, n, d, dv = 2, 4, (2 if gqa else 4), 333, (24 if cosformer else 40), 56
     q, k, v = make(b, h, hkv, n, d, dv, dtype, phi=phi)

@@ -64,7 +64,7 @@ tiles its output: Dv-tiled passes hold all F features (the contraction of s_ij),
 features hold all of Dv. Where one dq or dk program holds all of F, the backward runs up to two
 passes fewer over q, k, v and grad_out: dq computes its rows' den_i and dout_i . out_i itself
 (STATS, for dk, dv and the reverse state pass after it; spec.dq_stats_built), and dk computes dv
-(WITH_DV; spec.fused_built).
+(WITH_DV; spec.dk_dv_built).
 
 Precision (spec.PRECISION). bf16 tensors use bf16 dot operands, the tensor cores' full rate: the
 features, A, v, g and dout round to bf16, and a running state enters its dots as a hi + lo pair of

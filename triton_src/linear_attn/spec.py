@@ -235,7 +235,7 @@ def _holds_all_features(key: dict) -> bool:
     return key["BKV"] == FUSED_BLOCK and VALUE_TILES[key["dtype"], FUSED_BLOCK][1] == FUSED_BLOCK
 
 
-def fused_built(key: dict) -> bool:
+def dk_dv_built(key: dict) -> bool:
     """dk computes dv (la_bwd_dk_kernel WITH_DV)."""
     return key["dtype"] == "bf16" and _holds_all_features(key)
 
@@ -247,7 +247,7 @@ def dq_stats_built(key: dict) -> bool:
 
 # Keys beyond (dtype, block, mode, FEAT), with the rule for which of their variants are built.
 _EXTRA_KEYS = {"la_bwd_dq": ({"STATS": (0, 1)}, lambda key: key["STATS"] == 0 or dq_stats_built(key)),
-               "la_bwd_dk": ({"WITH_DV": (0, 1)}, lambda key: key["WITH_DV"] == 0 or fused_built(key))}
+               "la_bwd_dk": ({"WITH_DV": (0, 1)}, lambda key: key["WITH_DV"] == 0 or dk_dv_built(key))}
 
 
 def _spec(name: str) -> KernelSpec:
