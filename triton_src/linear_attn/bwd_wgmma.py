@@ -84,6 +84,15 @@ def _slot_scales(src, rows, N, normalize, layout: gl.constexpr):
 
 
 @gluon.jit
+def _next_pair(c0, rep, n_rep, C: gl.constexpr):
+    """The reverse walks' pair after (chunk rows from c0, head rep of the group): the group's next
+    head, after its last the chunk before. Counted rather than divided out of a pair index: two
+    integer divisions a chunk were about 3% of the walk's instructions."""
+    last = rep == n_rep - 1
+    return gl.where(last, c0 - C, c0), gl.where(last, 0, rep + 1)
+
+
+@gluon.jit
 def la_bwd_dq_wgmma_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, wc_ptr, ws_ptr,
     s_ptr, z_ptr, den_ptr, dl_ptr,
@@ -316,9 +325,14 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
     s0 = g * L
     n_ch = gl.cdiv(gl.minimum(s0 + L, N) - s0, C)
     n_it = n_ch * n_rep
+    # The pair whose copies are issued (ld_c0, ld_rep) runs STAGES - 1 ahead of the one computed (c0, rep).
+    c0 = s0 + (n_ch - 1) * C
+    rep = gl.to_tensor(0)
+    ld_c0 = c0
+    ld_rep = rep
     for i in gl.static_range(STAGES - 1):
-        ld_rows = s0 + (n_ch - 1 - i // n_rep) * C + ci
-        ld_h = hk * n_rep + i % n_rep
+        ld_rows = ld_c0 + ci
+        ld_h = hk * n_rep + ld_rep
         on = i < n_it
         _issue_tile(q_s.index(i), q_ptr + b * sq_b + ld_h * sq_h, ld_rows, cd, N, D, sq_n, on)
         _issue_tile(d_s.index(i), do_ptr + b * sd_b + ld_h * sd_h, ld_rows, cd, N, DV, sd_n, on)
@@ -326,9 +340,9 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
             _issue_tile(v_s.index(i), vb, ld_rows, cd, N, DV, sv_n, on)
         if DV_ON | (FEAT != 1):
             _issue_tile(k_s.index(i), kb, ld_rows, cd, N, D, sk_n, on)
-        _issue_scales(sc_s.index(i), den_ptr, dl_ptr, b * H + ld_h, s0 + (n_ch - 1 - i // n_rep) * C, N,
-                      normalize, on, DK, sc)
+        _issue_scales(sc_s.index(i), den_ptr, dl_ptr, b * H + ld_h, ld_c0, N, normalize, on, DK, sc)
         cp.commit_group()
+        ld_c0, ld_rep = _next_pair(ld_c0, ld_rep, n_rep, C)
 
     hi = R.to(gl.bfloat16)
     rh_s.store(hi)
@@ -349,8 +363,8 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
     for it in range(n_it):
         nxt = it + STAGES - 1
         s_nxt = nxt % STAGES
-        ld_rows = s0 + (n_ch - 1 - nxt // n_rep) * C + ci
-        ld_h = hk * n_rep + nxt % n_rep
+        ld_rows = ld_c0 + ci
+        ld_h = hk * n_rep + ld_rep
         on = nxt < n_it
         _issue_tile(q_s.index(s_nxt), q_ptr + b * sq_b + ld_h * sq_h, ld_rows, cd, N, D, sq_n, on)
         _issue_tile(d_s.index(s_nxt), do_ptr + b * sd_b + ld_h * sd_h, ld_rows, cd, N, DV, sd_n, on)
@@ -358,13 +372,11 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
             _issue_tile(v_s.index(s_nxt), vb, ld_rows, cd, N, DV, sv_n, on)
         if DV_ON | (FEAT != 1):
             _issue_tile(k_s.index(s_nxt), kb, ld_rows, cd, N, D, sk_n, on)
-        _issue_scales(sc_s.index(s_nxt), den_ptr, dl_ptr, b * H + ld_h, s0 + (n_ch - 1 - nxt // n_rep) * C,
-                      N, normalize, on, DK, sc)
+        _issue_scales(sc_s.index(s_nxt), den_ptr, dl_ptr, b * H + ld_h, ld_c0, N, normalize, on, DK, sc)
         cp.commit_group()
+        ld_c0, ld_rep = _next_pair(ld_c0, ld_rep, n_rep, C)
         cp.wait_group(STAGES - 1)  # this pair's copies have landed
         slot = it % STAGES
-        rep = it % n_rep
-        c0 = s0 + (n_ch - 1 - it // n_rep) * C
         inv_l, ndl_l = _slot_scales(sc_s.index(slot), c0 + ci, N, normalize, gl.SliceLayout(1, ld))
         qg = _phi(q_s.index(slot).load(ld).to(gl.float32), FEAT) * f_on[None, :] * (scale * inv_l)[:, None]
         qg_s.store(qg.to(gl.bfloat16))
@@ -431,6 +443,7 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
                 v_mask = (rows < N)[:, None] & (oj < DV)[None, :]
                 gl.store(dv_ptr + b * sdv_b + hk * sdv_h + rows[:, None].to(gl.int64) * sdv_n + oj[None, :],
                          acc_v.to(gl.bfloat16), mask=v_mask)
+        c0, rep = _next_pair(c0, rep, n_rep, C)
     cp.wait_group(0)  # no copy may still target shared memory as the program exits
 
 
