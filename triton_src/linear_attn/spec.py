@@ -69,7 +69,7 @@ WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
 # one wave that a grid of 1024-row segments at B4 H16 N4096 asks for.
 WGMMA_BWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
 # Blocks whose Gluon dk computes dv in the same walk (WITH_DV: no dv pass), as the Triton kernels'
-# FUSED_BLOCK: at 64 one warpgroup holds the extra accumulator in 255 registers with 48-56 bytes of
+# FUSED_BLOCK: at 64 one warpgroup holds the extra accumulator in 255 registers with 48-64 bytes of
 # spill, and the fused kernel still wins (H200, B4 H16 N4096); at 128 (8 warps) it would need more
 # than 255.
 WGMMA_FUSED = (64,)
