@@ -408,6 +408,14 @@ bool kernel_ready(const Tensor& t) {
   return true;
 }
 
+// Whether every row offset within a head of t, (N - 1) * stride + width, fits in 31 bits: the
+// Gluon reverse walks at 128 features copy their rows in 32-bit offsets (bwd_wgmma.py
+// _reverse_walk), so the Gluon backward runs only where this holds for q, k, v and grad_out (the
+// Triton kernels take the call elsewhere).
+bool rows_fit_int32(const Tensor& t) {
+  return (t.size(2) - 1) * kernel_stride(t, 2) + t.size(3) < (int64_t{1} << 31);
+}
+
 // t as the kernels need it: last dimension `width` (a multiple of 16), 16-divisible pointer and
 // strides; a copy (padded with `fill`) only when t is not already so.
 Tensor kernel_input(const Tensor& t, int64_t width, double fill) {
@@ -796,7 +804,9 @@ BwdResult bwd_cuda(
   // itself instead of a stats pass that reads q, k, v and dout a second time.
   const aot::LaBwdDqWgmmaKey dq_wgmma_key{
       p.dtype, bkv, causal, p.feat, phi.normalize && aot::la_bwd_dq_wgmma_built({p.dtype, bkv, causal, p.feat, 1})};
-  const bool wgmma_dq = p.bk == bkv && aot::la_bwd_dq_wgmma_runs_on(dq_wgmma_key, q.get_device());
+  // The Gluon backward runs whole or not at all: its dv and dk need rows_fit_int32.
+  const bool gluon_rows = rows_fit_int32(p.q) && rows_fit_int32(p.k) && rows_fit_int32(p.v) && rows_fit_int32(dout);
+  const bool wgmma_dq = gluon_rows && p.bk == bkv && aot::la_bwd_dq_wgmma_runs_on(dq_wgmma_key, q.get_device());
   const aot::LaBwdDqKey dq_key{
       p.dtype, bkv, causal, p.feat,
       !wgmma_dq && phi.normalize && nf == 1 && aot::la_bwd_dq_built({p.dtype, bkv, causal, p.feat, 1})};

@@ -424,6 +424,36 @@ def test_wgmma_walk_where_it_is_built(d):
     assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(q.half(), k.half(), v.half(), True))
 
 
+@pytest.mark.parametrize("n", [128, 129])
+def test_wgmma_rows_past_int32(n):
+    """The Gluon reverse walks at 128 features copy rows in 32-bit offsets within a head: with q's
+    row stride 2^24 elements, 128 rows still fit ((N - 1) * stride + D < 2^31) and the backward runs
+    in Gluon, 129 do not and it takes the Triton kernels (the forward, in 64-bit offsets, stays in
+    Gluon); forward and backward against float64 either way (4 GiB of q's storage)."""
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    stride = 1 << 24
+    storage = torch.empty((n - 1) * stride + 128, device="cuda", dtype=torch.bfloat16)
+    _, k, v = make(1, 1, 1, n, 128, 128, torch.bfloat16, phi="relu")
+    q = storage.as_strided((1, 1, n, 128), (n * stride, n * stride, stride, 1))
+    q.copy_(torch.randn(1, 1, n, 128, device="cuda", dtype=torch.bfloat16))
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    assert leaves[0].stride(2) == stride
+    got = {}
+    names = _cuda_kernels(lambda: got.update(out=la.fwd(*leaves, True, "relu")))
+    assert ("la_fwd_wgmma_kernel" in names) == hopper, names
+    grad_out = torch.randn_like(got["out"])
+    names = _cuda_kernels(lambda: got["out"].backward(grad_out))
+    gluon = hopper and n == 128
+    for walk in ("dq", "dv", "dk"):
+        assert (f"la_bwd_{walk}_wgmma_kernel" in names) == gluon, names
+    ref, _, grads = reference(q, k, v, "relu", True, None, None, 1.0, grad_out=grad_out)
+    assert_close("out", got["out"], ref, torch.bfloat16)
+    for name, leaf, r in zip(("dq", "dk", "dv"), leaves, grads):
+        assert_close(name, leaf.grad, r, torch.bfloat16)
+    del storage, q, leaves
+    torch.cuda.empty_cache()
+
+
 @pytest.mark.parametrize("phi", PHIS)
 @pytest.mark.parametrize("d, dv", [(112, 120), (48, 60)])
 def test_wgmma_backward_where_it_is_built(phi, d, dv):

@@ -58,9 +58,10 @@ def _phi(x, FEAT: gl.constexpr):
 @gluon.jit
 def _issue_tile(dst, base, rows, cols, N, W, sn, on):
     """cp.async of the tile `rows` x `cols` of a row-major input into dst (zeros past N and W;
-    nothing where not `on`)."""
+    nothing where not `on`). sn is the row stride: int64, or int32 where the caller takes the
+    offsets within the head in 32 bits (bwd_wgmma._reverse_walk at 128 features)."""
     mask = ((rows < N) & on)[:, None] & (cols < W)[None, :]
-    cp.async_load(dst, base + rows[:, None].to(gl.int64) * sn + cols[None, :], mask=mask)
+    cp.async_load(dst, base + (rows[:, None].to(sn.dtype) * sn + cols[None, :]), mask=mask)
 
 
 @gluon.jit
