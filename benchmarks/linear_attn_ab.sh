@@ -14,7 +14,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-/tmp/neuralops-ab}"
 OLD="$(cd "${OLD:?OLD must name the other tree}" && pwd)"
 mkdir -p "$OUT"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1 NEURALOPS_CUDA_ARCHS="${NEURALOPS_CUDA_ARCHS:-90}"
+# A benchmark that outlives its limit gets SIGABRT, on which faulthandler prints where each thread
+# stood. In the twenty-sixth session benchmark processes hung on the H200 (each after the first two
+# of one call, all of the next two calls) while pytest ran normally, and TERM left no trace of where.
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 NEURALOPS_CUDA_ARCHS="${NEURALOPS_CUDA_ARCHS:-90}"
 cd "$ROOT"
 ( NEURALOPS_BUILD_DIR=/tmp/bld_new NEURALOPS_AOT_PREBUILT="${NEW_AOT:-}" timeout 250 \
     python3 -m pip install --no-build-isolation --no-deps . > "$OUT/build_new.log" 2>&1 || echo "NEW BUILD FAILED" ) &
@@ -30,18 +33,18 @@ cd /tmp  # the installed packages, not the checkout
 echo "== kernels of causal forwards (new build)"
 for shape in "4 16 4096 64" "1 16 65536 128" "4 16 2048 128"; do
   echo "-- B H N D = $shape"
-  timeout 60 python3 "$ROOT/benchmarks/linear_attn_timeline.py" $shape 2>&1 | grep -v -i warn | tail -4
+  timeout -s ABRT 60 python3 "$ROOT/benchmarks/linear_attn_timeline.py" $shape 2>&1 | grep -v -i warn | tail -4
 done
 # Per-kernel device times of both builds (benchmarks/linear_attn_kernels.py cases; KERNEL_CASES).
 for build in old new; do
   echo "== kernels per call, $build build"
   site=$([ "$build" = old ] && echo /tmp/old_site || echo "")
-  PYTHONPATH="$site" timeout 200 python3 "$ROOT/benchmarks/linear_attn_kernels.py" ${KERNEL_CASES:-f64 f128L fb128s fb128L} \
+  PYTHONPATH="$site" timeout -s ABRT 200 python3 "$ROOT/benchmarks/linear_attn_kernels.py" ${KERNEL_CASES:-f64 f128L fb128s fb128L} \
     2>&1 | grep -v -i warn | tee "$OUT/kernels_$build.txt"
 done
 for round in 1 2; do
   echo "== calls, old build (round $round)"
-  PYTHONPATH=/tmp/old_site timeout 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" ${CALL_CASES:-} 2>&1 | tee "$OUT/calls_old_$round.txt"
+  PYTHONPATH=/tmp/old_site timeout -s ABRT 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" ${CALL_CASES:-} 2>&1 | tee "$OUT/calls_old_$round.txt"
   echo "== calls, new build (round $round)"
-  timeout 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" ${CALL_CASES:-} 2>&1 | tee "$OUT/calls_new_$round.txt"
+  timeout -s ABRT 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" ${CALL_CASES:-} 2>&1 | tee "$OUT/calls_new_$round.txt"
 done

@@ -24,6 +24,7 @@ CASES = {
     "fb128L": lambda: fwd_bwd_case(1, 16, 65536, 128), "b64": lambda: fwd_case(4, 16, 4096, 64, False),
     "b128": lambda: fwd_case(4, 16, 4096, 128, False), "b128L": lambda: fwd_case(1, 16, 65536, 128, False),
     "fb64h": lambda: fwd_bwd_case(4, 16, 4096, 64, torch.float16),
+    "fb64L": lambda: fwd_bwd_case(1, 16, 32768, 64),
 }
 
 
