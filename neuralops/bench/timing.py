@@ -46,10 +46,14 @@ class Timer:
     def median_ms(self, fn: Callable[[], Any]) -> float:
         """Median time of ``fn`` (of one of its calls, for a PerCall), in ms."""
         host_ms = 0.0
-        for _ in range(self.warmup):
+        for i in range(max(self.warmup, 2)):
             t0 = time.perf_counter()
             fn()
-            host_ms = max(host_ms, 1e3 * (time.perf_counter() - t0))
+            # The first call's host time includes one-time costs (lazy imports, module loads, the
+            # allocator's first blocks): a cover sized by it would sleep that long before every
+            # repetition.
+            if i > 0:
+                host_ms = max(host_ms, 1e3 * (time.perf_counter() - t0))
             torch.cuda.synchronize()
         cover = int(self._cycles_per_ms * (2 * host_ms + 0.05))
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
