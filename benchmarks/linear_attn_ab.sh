@@ -15,8 +15,8 @@ OUT="${OUT:-/tmp/neuralops-ab}"
 OLD="$(cd "${OLD:?OLD must name the other tree}" && pwd)"
 mkdir -p "$OUT"
 # A benchmark that outlives its limit gets SIGABRT, on which faulthandler prints where each thread
-# stood. In the twenty-sixth session benchmark processes hung on the H200 (each after the first two
-# of one call, all of the next two calls) while pytest ran normally, and TERM left no trace of where.
+# stood. In the twenty-sixth session benchmark processes hung on the H200 (in one call each after the
+# first two, in another all of them) while pytest ran normally, and TERM left no trace of where.
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 NEURALOPS_CUDA_ARCHS="${NEURALOPS_CUDA_ARCHS:-90}"
 cd "$ROOT"
 ( NEURALOPS_BUILD_DIR=/tmp/bld_new NEURALOPS_AOT_PREBUILT="${NEW_AOT:-}" timeout 250 \
