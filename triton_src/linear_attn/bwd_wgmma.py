@@ -340,14 +340,15 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
     ld_c0 = c0
     ld_rep = rep
     for i in gl.static_range(STAGES - 1):
+        ld_rows = ld_c0 + ci
         ld_h = hk * n_rep + ld_rep
         on = i < n_it
-        _issue_tile(q_s.index(i), q_ptr + b * sq_b + ld_h * sq_h, ld_c0 + ci, cd, N, D, sq_n, on)
-        _issue_tile(d_s.index(i), do_ptr + b * sd_b + ld_h * sd_h, ld_c0 + ci, cd, N, DV, sd_n, on)
+        _issue_tile(q_s.index(i), q_ptr + b * sq_b + ld_h * sq_h, ld_rows, cd, N, D, sq_n, on)
+        _issue_tile(d_s.index(i), do_ptr + b * sd_b + ld_h * sd_h, ld_rows, cd, N, DV, sd_n, on)
         if DK:
-            _issue_tile(v_s.index(i), vb, ld_c0 + ci, cd, N, DV, sv_n, on)
+            _issue_tile(v_s.index(i), vb, ld_rows, cd, N, DV, sv_n, on)
         if DV_ON | (FEAT != 1):
-            _issue_tile(k_s.index(i), kb, ld_c0 + ci, cd, N, D, sk_n, on)
+            _issue_tile(k_s.index(i), kb, ld_rows, cd, N, D, sk_n, on)
         _issue_scales(sc_s.index(i), den_ptr, dl_ptr, b * H + ld_h, ld_c0, N, normalize, on, DK, sc)
         cp.commit_group()
         ld_c0, ld_rep = _next_pair(ld_c0, ld_rep, n_rep, C)
@@ -371,14 +372,15 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
     for it in range(n_it):
         nxt = it + STAGES - 1
         s_nxt = nxt % STAGES
+        ld_rows = ld_c0 + ci
         ld_h = hk * n_rep + ld_rep
         on = nxt < n_it
-        _issue_tile(q_s.index(s_nxt), q_ptr + b * sq_b + ld_h * sq_h, ld_c0 + ci, cd, N, D, sq_n, on)
-        _issue_tile(d_s.index(s_nxt), do_ptr + b * sd_b + ld_h * sd_h, ld_c0 + ci, cd, N, DV, sd_n, on)
+        _issue_tile(q_s.index(s_nxt), q_ptr + b * sq_b + ld_h * sq_h, ld_rows, cd, N, D, sq_n, on)
+        _issue_tile(d_s.index(s_nxt), do_ptr + b * sd_b + ld_h * sd_h, ld_rows, cd, N, DV, sd_n, on)
         if DK:
-            _issue_tile(v_s.index(s_nxt), vb, ld_c0 + ci, cd, N, DV, sv_n, on)
+            _issue_tile(v_s.index(s_nxt), vb, ld_rows, cd, N, DV, sv_n, on)
         if DV_ON | (FEAT != 1):
-            _issue_tile(k_s.index(s_nxt), kb, ld_c0 + ci, cd, N, D, sk_n, on)
+            _issue_tile(k_s.index(s_nxt), kb, ld_rows, cd, N, D, sk_n, on)
         _issue_scales(sc_s.index(s_nxt), den_ptr, dl_ptr, b * H + ld_h, ld_c0, N, normalize, on, DK, sc)
         cp.commit_group()
         ld_c0, ld_rep = _next_pair(ld_c0, ld_rep, n_rep, C)
