@@ -1,6 +1,6 @@
 """Whole-call medians (L2 flushed) of the linear-attention shapes the issue and the sweeps track, for
 the installed neuralops: run it once per build in one lease to compare builds (results/linear_attn.md,
-ninth session's A/B). bf16 unless marked; causal forward, causal forward+backward, bidirectional
+ninth session's A/B). bf16 and elu+1 unless marked; causal forward, causal forward+backward, bidirectional
 forward; the 256-feature and fp16 bidirectional rows were added after the ninth session's first A/B, the
 fp16 forward+backward rows in the twenty-third session.
 
@@ -33,17 +33,17 @@ def fwd_case(b: int, h: int, n: int, d: int, causal: bool,
     return name, lambda: la.fwd(q, k, v, causal)
 
 
-def fwd_bwd_case(b: int, h: int, n: int, d: int,
-                 dtype: torch.dtype = torch.bfloat16) -> tuple[str, Callable[[], object]]:
+def fwd_bwd_case(b: int, h: int, n: int, d: int, dtype: torch.dtype = torch.bfloat16,
+                 phi: str = "elu+1") -> tuple[str, Callable[[], object]]:
     q, k, v = _inputs(b, h, n, d, grad=True, dtype=dtype)
     grad_out = torch.randn_like(q)
 
     def step() -> None:
         for t in (q, k, v):
             t.grad = None
-        la.fwd(q, k, v, True).backward(grad_out)
+        la.fwd(q, k, v, True, phi=phi).backward(grad_out)
 
-    tag = "" if dtype == torch.bfloat16 else " fp16"
+    tag = ("" if dtype == torch.bfloat16 else " fp16") + ("" if phi == "elu+1" else f" {phi}")
     return f"causal fwd+bwd{tag} B{b} H{h} N{n} D{d}", step
 
 

@@ -25,6 +25,10 @@ CASES = {
     "b128": lambda: fwd_case(4, 16, 4096, 128, False), "b128L": lambda: fwd_case(1, 16, 65536, 128, False),
     "fb64h": lambda: fwd_bwd_case(4, 16, 4096, 64, torch.float16),
     "fb64L": lambda: fwd_bwd_case(1, 16, 32768, 64),
+    "fb128Li": lambda: fwd_bwd_case(1, 16, 65536, 128, phi="identity"),
+    "fb128si": lambda: fwd_bwd_case(4, 16, 2048, 128, phi="identity"),
+    "fb128Lr": lambda: fwd_bwd_case(1, 16, 65536, 128, phi="relu"),
+    "fb128sr": lambda: fwd_bwd_case(4, 16, 2048, 128, phi="relu"),
 }
 
 

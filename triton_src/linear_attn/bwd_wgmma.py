@@ -212,6 +212,12 @@ def la_bwd_dq_wgmma_kernel(
                 if FEAT == 2:
                     kf = kf * f_on[None, :]
                 qa = _phi(q_s.index(slot).load(qa_op).to(gl.float32), FEAT).to(gl.bfloat16)
+                # At 128 features, kf's last use before the products and qf (qm) loaded after their
+                # wait: held across them, both spilled (stack 40 / 48 bytes under identity / elu+1,
+                # now 0 / 8). H200, B1 H16 N65536 D128, dq 881 -> 832 us (elu+1), 738 -> 693 (identity),
+                # 757 -> 725 (relu).
+                zq = gl.convert_layout(z, gl.SliceLayout(0, mma))  # z before this chunk
+                z += gl.sum(kf, 0)
         kf_s.store(kf.to(gl.bfloat16))
         fence_async_shared()
         gq = warpgroup_mma(dt, sh_s.permute((1, 0)), zero_q, use_acc=False, is_async=True)
@@ -221,15 +227,14 @@ def la_bwd_dq_wgmma_kernel(
             a = warpgroup_mma(qa, kf_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
         S = warpgroup_mma(kf_s.permute((1, 0)), vt, S, is_async=True)
         if STATS:
-            zq = gl.convert_layout(z, gl.SliceLayout(0, mma))  # z before this chunk
             if QF_SHARED:
+                zq = gl.convert_layout(z, gl.SliceLayout(0, mma))  # z before this chunk
                 den_z = gl.convert_layout(gl.sum(qf * z[None, :], 1), row)
                 qm = qf_s.load(mma).to(gl.float32)
-            else:
-                qm = _phi(q_s.index(slot).load(mma).to(gl.float32), FEAT)
-            z += gl.sum(kf, 0)
+                z += gl.sum(kf, 0)
             gq, ds, a = warpgroup_mma_wait(1, deps=(gq, ds, a))  # the state update may still run
             if not QF_SHARED:
+                qm = _phi(q_s.index(slot).load(mma).to(gl.float32), FEAT)
                 den_z = gl.sum(qm * zq[None, :], 1)
             # The forward's den_i with eps, and dl_i = dout_i . out_i from gq and ds before they
             # take r: dout_i . (qf_i S) = qf_i . gq_i and dout_i . (tril(A) v)_i = rowsum(tril(A) * ds)_i.
