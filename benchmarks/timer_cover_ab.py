@@ -7,22 +7,12 @@ and with the fixed calibration, in alternation (results/linear_attn.md, twenty-s
 
 import torch
 
-from neuralops.bench.timing import Timer
+from neuralops.bench.timing import Timer, sleep_cycles_per_ms
 from neuralops.core.triton_kernels import gqa, linear_attn as la, low_rank
 
 
-def first_sleep_cycles_per_ms() -> float:
-    """The old calibration: the process's first _sleep, timed with its module load."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(1_000_000)
-    end.record()
-    torch.cuda.synchronize()
-    return 1_000_000 / start.elapsed_time(end)
-
-
 def main() -> None:
-    first = first_sleep_cycles_per_ms()  # before any Timer: this process's first _sleep
+    first = sleep_cycles_per_ms()  # the old calibration: before any Timer, this process's first _sleep
     fixed, short = Timer(warmup=5, reps=50), Timer(warmup=5, reps=50)
     short._cycles_per_ms = first
     print(f"cycles/ms: first sleep {first:.0f}, calibrated {fixed._cycles_per_ms:.0f}")

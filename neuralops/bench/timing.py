@@ -14,6 +14,16 @@ _L2_FLUSH_BYTES = 256 * 1024 * 1024  # several times any current L2
 _LAYERS_MIN_BYTES = 128 * 1024 * 1024
 
 
+def sleep_cycles_per_ms(cycles: int = 1_000_000) -> float:
+    """GPU clock cycles per ms of ``torch.cuda._sleep``, from one sleep of ``cycles`` timed with events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    torch.cuda.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
 class PerCall:
     """``fn`` makes ``calls`` calls of the operation being timed; Timer reports the time of one."""
 
@@ -40,12 +50,7 @@ class Timer:
         # H200 that made 10^6 cycles take 11.4 ms instead of 0.53, and every cover 20x too short.
         torch.cuda._sleep(1)
         torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(1_000_000)
-        end.record()
-        torch.cuda.synchronize()
-        self._cycles_per_ms = 1_000_000 / start.elapsed_time(end)
+        self._cycles_per_ms = sleep_cycles_per_ms()
 
     def median_ms(self, fn: Callable[[], Any]) -> float:
         """Median time of ``fn`` (of one of its calls, for a PerCall), in ms."""
