@@ -2,7 +2,8 @@
 the installed neuralops: run it once per build in one lease to compare builds (results/linear_attn.md,
 ninth session's A/B). bf16 and elu+1 unless marked; causal forward, causal forward+backward, bidirectional
 forward; the 256-feature and fp16 bidirectional rows were added after the ninth session's first A/B, the
-fp16 forward+backward rows in the twenty-third session.
+fp16 forward+backward rows in the twenty-third session, the 256-feature forward+backward and the
+Cosformer rows at 128 features (which run the 256-feature Triton kernels) in the twenty-eighth.
 
     python benchmarks/linear_attn_calls.py [text ...]  # with neuralops installed, on a machine with a GPU
 
@@ -25,25 +26,32 @@ def _inputs(b: int, h: int, n: int, d: int, grad: bool = False,
     return [t.requires_grad_(grad) for t in ts]
 
 
-def fwd_case(b: int, h: int, n: int, d: int, causal: bool,
-         dtype: torch.dtype = torch.bfloat16) -> tuple[str, Callable[[], object]]:
+def _weights(n: int, cosformer: bool) -> tuple:
+    return la.cosformer_weights(n, device="cuda") if cosformer else (None, None)
+
+
+def fwd_case(b: int, h: int, n: int, d: int, causal: bool, dtype: torch.dtype = torch.bfloat16,
+             cosformer: bool = False) -> tuple[str, Callable[[], object]]:
     q, k, v = _inputs(b, h, n, d, dtype=dtype)
-    tag = "" if dtype == torch.bfloat16 else " fp16"
+    cos, sin = _weights(n, cosformer)
+    tag = ("" if dtype == torch.bfloat16 else " fp16") + (" cosformer" if cosformer else "")
     name = f"{'causal' if causal else 'bidirectional'} fwd{tag} B{b} H{h} N{n} D{d}"
-    return name, lambda: la.fwd(q, k, v, causal)
+    return name, lambda: la.fwd(q, k, v, causal, cos_weight=cos, sin_weight=sin)
 
 
 def fwd_bwd_case(b: int, h: int, n: int, d: int, dtype: torch.dtype = torch.bfloat16,
-                 phi: str = "elu+1") -> tuple[str, Callable[[], object]]:
+                 phi: str = "elu+1", cosformer: bool = False) -> tuple[str, Callable[[], object]]:
     q, k, v = _inputs(b, h, n, d, grad=True, dtype=dtype)
     grad_out = torch.randn_like(q)
+    cos, sin = _weights(n, cosformer)
 
     def step() -> None:
         for t in (q, k, v):
             t.grad = None
-        la.fwd(q, k, v, True, phi=phi).backward(grad_out)
+        la.fwd(q, k, v, True, phi=phi, cos_weight=cos, sin_weight=sin).backward(grad_out)
 
-    tag = ("" if dtype == torch.bfloat16 else " fp16") + ("" if phi == "elu+1" else f" {phi}")
+    tag = (("" if dtype == torch.bfloat16 else " fp16") + ("" if phi == "elu+1" else f" {phi}")
+           + (" cosformer" if cosformer else ""))
     return f"causal fwd+bwd{tag} B{b} H{h} N{n} D{d}", step
 
 
@@ -54,7 +62,8 @@ def main() -> None:
              fwd_bwd_case(4, 16, 4096, 64), fwd_bwd_case(4, 16, 2048, 64), fwd_bwd_case(4, 16, 2048, 128),
              fwd_bwd_case(4, 16, 4096, 128), fwd_bwd_case(1, 16, 65536, 128),
              fwd_case(4, 16, 4096, 64, False), fwd_case(4, 16, 4096, 128, False), fwd_case(1, 16, 65536, 128, False),
-             fwd_case(4, 16, 4096, 256, True), fwd_case(4, 16, 4096, 256, False),
+             fwd_case(4, 16, 4096, 256, True), fwd_case(4, 16, 4096, 256, False), fwd_bwd_case(4, 16, 4096, 256),
+             fwd_case(4, 16, 4096, 128, False, cosformer=True), fwd_bwd_case(4, 16, 4096, 128, cosformer=True),
              fwd_case(4, 16, 4096, 128, False, torch.float16),
              fwd_bwd_case(4, 16, 4096, 64, torch.float16), fwd_bwd_case(4, 16, 2048, 64, torch.float16),
              fwd_bwd_case(4, 16, 4096, 32, torch.float16)]

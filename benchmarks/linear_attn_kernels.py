@@ -29,6 +29,10 @@ CASES = {
     "fb128si": lambda: fwd_bwd_case(4, 16, 2048, 128, phi="identity"),
     "fb128Lr": lambda: fwd_bwd_case(1, 16, 65536, 128, phi="relu"),
     "fb128sr": lambda: fwd_bwd_case(4, 16, 2048, 128, phi="relu"),
+    "f256": lambda: fwd_case(4, 16, 4096, 256, True), "fb256": lambda: fwd_bwd_case(4, 16, 4096, 256),
+    "b256": lambda: fwd_case(4, 16, 4096, 256, False),
+    "fbc128": lambda: fwd_bwd_case(4, 16, 4096, 128, cosformer=True),
+    "bc128": lambda: fwd_case(4, 16, 4096, 128, False, cosformer=True),
 }
 
 

@@ -28,11 +28,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 import linear_attn_driver as drv  # noqa: E402
 from triton_src.linear_attn import spec  # noqa: E402
 
-SHAPES = [(4, 16, 4096, 64), (1, 16, 65536, 128)]  # B, H, N, D (= Dv), the issue's two shapes
+# B, H, N, D (= Dv): the issue's two shapes, and 256 features (twenty-eighth session).
+SHAPES = [(4, 16, 4096, 64), (1, 16, 65536, 128), (4, 16, 4096, 256)]
 TILES = {  # (C, T, warps, stages) per feature block
     64: [(64, 64, 4, 2), (64, 64, 4, 3), (64, 64, 4, 4), (64, 64, 8, 3), (32, 64, 4, 3), (32, 64, 2, 3)],
     128: [(64, 64, 8, 2), (64, 64, 4, 2), (64, 64, 4, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 8, 3),
           (64, 128, 8, 2)],
+    256: [(32, 32, 8, 2), (32, 64, 8, 2), (64, 32, 8, 2), (64, 64, 8, 2), (32, 64, 4, 2), (16, 64, 4, 2),
+          (32, 128, 8, 1), (64, 64, 8, 1)],
 }
 # Tiles whose feature block is narrower than D (T < D here) hit an illegal address in Triton 3.6's
 # JIT on the H200 (C64 T32): only tiles with T >= D are swept for the dq / dk kernels.
@@ -43,26 +46,26 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-def _setup(q, k, v, tiles: dict, tile: tuple) -> drv._Setup:
+def _setup(q, k, v, tiles: dict, tile: tuple, causal: bool = True) -> drv._Setup:
     """The op's plan for these inputs with `tile` put in `tiles` (spec.STATE_TILES or FWD_TILES) for
     bf16 at this block: the segments follow the tile, as the op's would."""
     block = drv.block_for("bf16", q.shape[-1])
     saved = tiles[("bf16", block)]
     tiles[("bf16", block)] = tile
     try:
-        return drv._Setup(q, k, v, "elu+1", True, None, None, None, None)
+        return drv._Setup(q, k, v, "elu+1", causal, None, None, None, None)
     finally:
         tiles[("bf16", block)] = saved
 
 
 def _state_pass(q, k, v, tile: tuple):
     s = _setup(q, k, v, spec.STATE_TILES, tile)
-    x = torch.empty(s.b, s.hkv, s.g, s.ep, device=q.device)
+    x = torch.empty(s.b, s.hkv, s.g * s.r, s.ep, device=q.device)
     return lambda: s.state_sums(x)
 
 
-def _fwd_pass(q, k, v, tile: tuple):
-    s = _setup(q, k, v, spec.FWD_TILES, tile)
+def _fwd_pass(q, k, v, tile: tuple, causal: bool = True):
+    s = _setup(q, k, v, spec.fwd_tiles(int(causal)), tile, causal)
     states = s.forward_states(None, None)
     out = torch.empty(s.b, s.h, s.n, s.dvp, device=q.device, dtype=q.dtype)
     return lambda: s.fwd_pass(out, states, 1.0, 1e-6)
@@ -73,6 +76,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=240.0, help="stop sweeping after this many seconds")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--shapes", default="0,1", help="indices into SHAPES")
+    ap.add_argument("--kinds", default="state,fwd,bwd", help="of state, fwd, bidir (the bidirectional forward), bwd")
     args = ap.parse_args()
     start = time.monotonic()
     rows = []
@@ -80,10 +84,12 @@ def main() -> None:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
         block = drv.block_for("bf16", d)
-        candidates = [("state", t, _state_pass(q, k, v, t)) for t in TILES[block]]
-        candidates += [("fwd", t, _fwd_pass(q, k, v, t)) for t in TILES[block]]
+        kinds = args.kinds.split(",")
+        candidates = [("state", t, _state_pass(q, k, v, t)) for t in TILES[block] if "state" in kinds]
+        candidates += [("fwd", t, _fwd_pass(q, k, v, t)) for t in TILES[block] if "fwd" in kinds]
+        candidates += [("bidir", t, _fwd_pass(q, k, v, t, False)) for t in TILES[block] if "bidir" in kinds]
         saved = spec.VALUE_TILES[("bf16", block)]
-        for tile in BWD_TILES:
+        for tile in BWD_TILES if "bwd" in kinds else ():
             def bwd(tile=tile):
                 spec.VALUE_TILES[("bf16", block)] = tile
                 try:

@@ -132,6 +132,30 @@ def test_odd_shapes(b, h, hkv, n, d, dv, cosformer, dtype):
         assert_close(name, leaf.grad, g, dtype)
 
 
+@pytest.mark.parametrize("gqa", [False, True])
+@pytest.mark.parametrize("phi", PHIS)
+def test_every_map_at_256_features(phi, gqa):
+    """bf16's causal forward at 256 features (on sm_90 the Gluon walk in Dv tiles of 32, spec.py
+    WGMMA_FWD_TILES): padded D, a Dv whose last tile is partly masked, and its backward."""
+    check_mode(phi, True, False, torch.bfloat16, 4, 2 if gqa else 4, 200, 72)
+
+
+def test_states_at_256_features():
+    """The walk at 256 features starts from a given state and writes the final one (write_final),
+    over several segments."""
+    b, h, hkv, n, d, dv = 2, 4, 2, 3000, 256, 40
+    q, k, v = make(b, h, hkv, n, d, dv, torch.bfloat16)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    s0 = torch.randn(b, hkv, d, dv, device="cuda", generator=g)
+    z0 = torch.rand(b, hkv, d, device="cuda", generator=g) * 5
+    poison_allocator()
+    out, st = la.fwd(q, k, v, True, "elu+1", 1e-6, initial_state=(s0, z0), return_state=True)
+    ref, ref_st, _ = reference(q, k, v, "elu+1", True, None, None, 1.0, s0, z0)
+    assert_close("out", out, ref, torch.bfloat16)
+    assert_close("S", st.S, ref_st.S, torch.bfloat16)
+    assert_close("z", st.z, ref_st.z, torch.bfloat16)
+
+
 @pytest.mark.parametrize("layout", ["bnhd_view", "misaligned"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_layouts(layout, dtype):

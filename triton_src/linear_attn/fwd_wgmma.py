@@ -65,11 +65,12 @@ def _issue_tile(dst, base, rows, cols, N, W, sn, on):
 
 
 @gluon.jit
-def _issue_chunk(q_s, k_s, v_s, qb, kb, vb, rows, cd, cv, N, D, DV, sq_n, sk_n, sv_n, slot, on):
-    """cp.async of one chunk's q and k [C, BK] and v [C, BT] tiles into ring slot `slot`."""
+def _issue_chunk(q_s, k_s, v_s, qb, kb, vb, rows, rows_v, cd, cv, N, D, DV, sq_n, sk_n, sv_n, slot, on):
+    """cp.async of one chunk's q and k [C, BK] and v [C, BT] tiles into ring slot `slot` (rows and
+    rows_v: the chunk's rows in the layouts of cd's and cv's tiles, which differ where BT < BK)."""
     _issue_tile(q_s.index(slot), qb, rows, cd, N, D, sq_n, on)
     _issue_tile(k_s.index(slot), kb, rows, cd, N, D, sk_n, on)
-    _issue_tile(v_s.index(slot), vb, rows, cv, N, DV, sv_n, on)
+    _issue_tile(v_s.index(slot), vb, rows_v, cv, N, DV, sv_n, on)
 
 
 @gluon.jit
@@ -196,15 +197,16 @@ def la_fwd_wgmma_kernel(
         do_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BT], raw)
 
     ci = gl.arange(0, C, layout=gl.SliceLayout(1, ld))
+    civ = gl.arange(0, C, layout=gl.SliceLayout(1, ldv))
     cd = gl.arange(0, BK, layout=gl.SliceLayout(0, ld))
     cv = t * BT + gl.arange(0, BT, layout=gl.SliceLayout(0, ldv))
     r0 = g * L
     n_chunks = gl.cdiv(gl.minimum(L, N - r0), C)
     for i in gl.static_range(STAGES - 1):
-        _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + i * C + ci, cd, cv, N, D, DV, sq_n, sk_n, sv_n, i,
-                     i < n_chunks)
+        _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + i * C + ci, r0 + i * C + civ, cd, cv, N, D, DV, sq_n, sk_n,
+                     sv_n, i, i < n_chunks)
         if STATS:
-            _issue_tile(do_s.index(i), ob, r0 + i * C + ci, cv, N, DV, so_n, i < n_chunks)
+            _issue_tile(do_s.index(i), ob, r0 + i * C + civ, cv, N, DV, so_n, i < n_chunks)
         cp.commit_group()
 
     st_s.store(S.to(gl.bfloat16))
@@ -224,10 +226,10 @@ def la_fwd_wgmma_kernel(
     f_on = gl.where(cd < D, 1.0, 0.0)
     for it in range(n_chunks):
         nxt = it + STAGES - 1
-        _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + nxt * C + ci, cd, cv, N, D, DV, sq_n, sk_n, sv_n,
-                     nxt % STAGES, nxt < n_chunks)
+        _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + nxt * C + ci, r0 + nxt * C + civ, cd, cv, N, D, DV, sq_n,
+                     sk_n, sv_n, nxt % STAGES, nxt < n_chunks)
         if STATS:
-            _issue_tile(do_s.index(nxt % STAGES), ob, r0 + nxt * C + ci, cv, N, DV, so_n, nxt < n_chunks)
+            _issue_tile(do_s.index(nxt % STAGES), ob, r0 + nxt * C + civ, cv, N, DV, so_n, nxt < n_chunks)
         cp.commit_group()
         cp.wait_group(STAGES - 1)  # this chunk's copies have landed
         slot = it % STAGES

@@ -9,11 +9,11 @@ forward or backward mode (GRADS), and all five the feature map (FEAT, see FEATUR
 else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time argument:
 5 kernels * 2 modes * 4 feature maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan
 + the 16 of dq with the stats (STATS: bf16 and fp16, see FUSED_BLOCK) and the 8 of dk with dv
-(WITH_DV: bf16) + the 12 of the Gluon causal
-forward (la_fwd_wgmma: bf16, blocks 64 and 128, three maps, the plain forward and the stats pass)
+(WITH_DV: bf16) + the 18 of the Gluon causal
+forward (la_fwd_wgmma: bf16, blocks 64, 128 and 256, three maps, the plain forward and the stats pass)
 and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128, _wgmma_dq_built: dq with the
 stats for three maps and without them for softmax_free; block 128: dv and dk for three maps; block
-64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES, WGMMA_BWD_TILES) = 341 variants. The bf16
+64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES, WGMMA_BWD_TILES) = 347 variants. The bf16
 tiles of blocks 64 and 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64;
 at 128 features the state pass and the forward have their own, STATE_TILES and FWD_TILES, and the
 bidirectional forward BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins
@@ -34,10 +34,14 @@ from triton_src.linear_attn.kernels import PHI_KINDS
 
 # (dtype, block) -> (chunk rows C, tile of the other dimension, warps, stages), for the Dv-tiled
 # kernels (block: all features) and the dq/dk kernels (block: all of Dv).
+# bf16 at 256 (the dv pass's tile; the others have their own below, twenty-eighth session): tiles are
+# one per key for every architecture, so a tile must also fit sm_80's and sm_120's 99 KB with one
+# stage. (64, 32, 8, 2) uses wgmma and does not spill: dv at B4 H16 N4096 D256 2662 -> 1764 us on the
+# H200 against (32, 32, 8, 2); (64, 64, 8, 2) took 1089 us there but needs 104 KB on sm_80.
 TILES = {
     ("bf16", 64): (64, 64, 4, 3),
     ("bf16", 128): (64, 64, 8, 2),
-    ("bf16", 256): (32, 32, 8, 2),
+    ("bf16", 256): (64, 32, 8, 2),
     ("fp16", 64): (64, 64, 4, 2),
     ("fp16", 128): (32, 64, 8, 2),
     ("fp16", 256): (32, 32, 8, 2),
@@ -47,22 +51,35 @@ TILES = {
 # computed once per row, not once per Dv tile). H200 sweep at B1 H16 N65536 D128 (Triton JIT, each
 # kernel alone): the state pass 594 us with the shared tile, 327 us with (32, 128, 4, 3); the
 # forward 2.12 ms against 1.61 ms with (32, 128, 8, 3). Both stay under 99 KB of shared memory.
-STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3)}
-FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3)}
+# At 256 the state pass in (32, 64, 4, 2) (H200 JIT sweep at B4 H16 N4096 D256: 0.468 ms with the
+# shared (32, 32, 8, 2), 0.245 ms; (32, 128, 8, 1), 0.242 ms, needs 128 KB on sm_80), which spills 40
+# bytes in its backward mode: AOT, 263 -> 136 us forward and 457 -> 160 us backward. The causal
+# forward keeps (32, 32, 8, 2): Cosformer's 128 features (FEAT 0) and fp16 run it, and its Dv tile is
+# the Gluon walk's (WGMMA_FWD_TILES).
+STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3), ("bf16", 256): (32, 64, 4, 2)}
+FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2)}
 # The bidirectional forward (CAUSAL = 0) keeps only the fixed state's bf16 operand for its loop.
 # While that was a hi + lo pair, all of Dv in one program at 128 features held 64 KB of it in
 # registers (3.8x the memory floor at B4 H16 N4096) and Dv tiles of 64 won. With one bf16 rounding
 # (kernels.py, Precision) all of Dv fits, and q is read and its features computed once per row:
 # H200 JIT sweep, B4 H16 N4096 D128 0.119 -> 0.100 ms, B1 H16 N65536 D128 0.401 -> 0.328 ms (with
-# segment_count's two programs per SM; results/linear_attn.md, tenth session).
-BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3)}
+# segment_count's two programs per SM; results/linear_attn.md, tenth session). At 256 (JIT sweep, B4
+# H16 N4096 D256): 0.958 ms with (32, 32, 8, 2), 0.284 ms with (64, 64, 8, 2), no spill.
+BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (64, 64, 8, 2)}
 
 
 # The causal forward walk in Gluon (fwd_wgmma.py, sm_90 only) where it is built: bf16, one feature
 # part. (C, warps, cp.async stages): 64-row chunks, whose every product is a wgmma. H200 sweep of the reduced walk (benchmarks/linear_attn_wgmma_sweep.py,
 # eighteenth session): 4 warps at 64 features (8: 68.8 against 52.3 us at B4 H16 N4096), 8 at 128
 # (4 spill 448 bytes: 972.8 against 531.7 us at B1 H16 N65536); 3 stages within -4% to +1% of 2.
-WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
+# At 256 features (twenty-eighth session) the Dv tile is la_fwd_kernel's 32 (FWD_TILES): two stages
+# of 64 x 256 q and k tiles and their features take 192 KB, and with Dv tiles of 64 the block would
+# need 240 KB; no spill with 8 warps. H200, B4 H16 N4096 D256: the walk 2619 -> 1179 us against
+# la_fwd_kernel's, the stats pass (one stage, WGMMA_FWD_STATS_STAGES) 2817 -> 1327 us.
+WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2), ("bf16", 256): (64, 8, 2)}
+# The stats pass's grad_out ring takes it over sm_90's 232448 bytes at 256 features with two stages
+# (233472): one there.
+WGMMA_FWD_STATS_STAGES = {("bf16", 256): 1}
 # The backward's walks in Gluon (bwd_wgmma.py, sm_90 only): dq, dv and dk for bf16 with one feature
 # part, all features and value columns in one program (C, warps, cp.async stages), where the Triton
 # kernels at 128 tile F by 32 (dq, dk) or Dv by 64 (dv). 4 warps at 64: two programs per SM, the
@@ -90,7 +107,10 @@ def fwd_tiles(causal: int) -> dict:
 # faults on these tiles; H200, causal fwd+bwd, whole call) measured B1 H16 N65536 D128 6.61 -> 6.33 ms
 # and B4 H16 N4096 D128 2.00 -> 1.92 ms against the shared (64, 64, 8, 2); (64, 64, 8, 3) gave 6.35 and
 # 1.95 ms, (32, 64, 8, 2) 8.22 and 2.38 ms. dk spills 64 bytes with it, and is still faster.
-VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 4, 2), ("bf16", 128): (64, 32, 4, 2), ("bf16", 256): (16, 32, 4, 1),
+# At 256 in bf16 (twenty-eighth session, AOT builds, H200, B4 H16 N4096 D256): 8 warps and feature
+# tiles of 64 took dk 4278 -> 2081 us (spill 720 -> 88 bytes) and dq 1910 -> 2009 us against
+# (16, 32, 4, 1); (16, 128, 8, 1) spilled 0.7-1 KB and took dq 3629 us.
+VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 4, 2), ("bf16", 128): (64, 32, 4, 2), ("bf16", 256): (16, 64, 8, 1),
                ("fp16", 256): (16, 32, 8, 1)}
 BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
 # Triton 3.8 cannot software-pipeline dv's and dk's loop for sm_100 (its pipeliner fails on the
@@ -272,14 +292,15 @@ def _spec(name: str) -> KernelSpec:
 
 
 def _wgmma_spec(name: str, source: str, params, tiles: dict, block: str, extra_keys: dict, constexprs,
-                extra_built=lambda key: True) -> KernelSpec:
+                extra_built=lambda key: True, stages=lambda key, tile_stages: tile_stages) -> KernelSpec:
     """A Gluon walk (causal, bf16, one feature part, sm_90) with the arguments of its Triton kernel
-    (params) and (C, warps, stages) from tiles[dtype, block]; constexprs(key) adds the rest, and
-    extra_built(key) picks the extra keys' variants that are built."""
+    (params) and (C, warps, stages) from tiles[dtype, block]; constexprs(key) adds the rest,
+    extra_built(key) picks the extra keys' variants that are built, and stages(key, the tile's)
+    the cp.async stages of each."""
     def all_constexprs(key: dict) -> dict:
-        c, _, stages = tiles[key["dtype"], key[block]]
+        c, _, tile_stages = tiles[key["dtype"], key[block]]
         return {"C": c, block: key[block], "PREC": PRECISION[key["dtype"]], "CAUSAL": key["CAUSAL"],
-                "FEAT": key["FEAT"], "STAGES": stages, **constexprs(key)}
+                "FEAT": key["FEAT"], "STAGES": stages(key, tile_stages), **constexprs(key)}
 
     return KernelSpec(name=name, function=f"{name}_kernel", source=source, params=params("*{dtype}:16"),
                       keys={"dtype": tuple(sorted({d for d, _ in tiles})), block: tuple(sorted({b for _, b in tiles})),
@@ -300,7 +321,8 @@ def _wgmma_dq_built(key: dict) -> bool:
 WGMMA_KERNELS = [
     # The Dv tile is la_fwd_kernel's, since the plan sizes the forward's grid by it.
     _wgmma_spec("la_fwd_wgmma", "fwd_wgmma.py", _fwd_params, WGMMA_FWD_TILES, "BK", {"STATS": (0, 1)},
-                lambda key: {"BT": FWD_TILES[key["dtype"], key["BK"]][1], "STATS": key["STATS"]}),
+                lambda key: {"BT": FWD_TILES[key["dtype"], key["BK"]][1], "STATS": key["STATS"]},
+                stages=lambda key, s: WGMMA_FWD_STATS_STAGES.get((key["dtype"], key["BK"]), s) if key["STATS"] else s),
     _wgmma_spec("la_bwd_dq_wgmma", "bwd_wgmma.py", _dq_params, WGMMA_BWD_TILES, "BKV", {"STATS": (0, 1)},
                 lambda key: {"BF": key["BKV"], "STATS": key["STATS"]},
                 _wgmma_dq_built),
