@@ -71,12 +71,33 @@ def _fwd_pass(q, k, v, tile: tuple, causal: bool = True):
     return lambda: s.fwd_pass(out, states, 1.0, 1e-6)
 
 
+# Whole bidirectional calls through the driver (state pass, scan, forward) at 256 features, per
+# forward tile and segment length (None: the op's segment_count), twenty-eighth session.
+BIDIR_CALL_TILES = [(64, 64, 8, 2), (64, 128, 8, 2), (64, 128, 8, 1), (128, 64, 8, 2), (64, 128, 4, 2),
+                    (128, 128, 8, 1)]
+BIDIR_SEG_LENS = (None, 1024, 512)
+
+
+def _bidir_call(q, k, v, tile: tuple, seg_len: int | None):
+    tiles, block = spec.fwd_tiles(0), drv.block_for("bf16", q.shape[-1])
+
+    def call() -> None:
+        saved = tiles[("bf16", block)]
+        tiles[("bf16", block)] = tile
+        try:
+            drv.forward(q, k, v, causal=False, seg_len=seg_len)
+        finally:
+            tiles[("bf16", block)] = saved
+    return call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=240.0, help="stop sweeping after this many seconds")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--shapes", default="0,1", help="indices into SHAPES")
-    ap.add_argument("--kinds", default="state,fwd,bwd", help="of state, fwd, bidir (the bidirectional forward), bwd")
+    ap.add_argument("--kinds", default="state,fwd,bwd",
+                    help="of state, fwd, bidir (the bidirectional forward), bidir_call (whole calls), bwd")
     args = ap.parse_args()
     start = time.monotonic()
     rows = []
@@ -88,6 +109,8 @@ def main() -> None:
         candidates = [("state", t, _state_pass(q, k, v, t)) for t in TILES[block] if "state" in kinds]
         candidates += [("fwd", t, _fwd_pass(q, k, v, t)) for t in TILES[block] if "fwd" in kinds]
         candidates += [("bidir", t, _fwd_pass(q, k, v, t, False)) for t in TILES[block] if "bidir" in kinds]
+        candidates += [(f"bidir_call seg_len={s}", t, _bidir_call(q, k, v, t, s))
+                       for t in BIDIR_CALL_TILES for s in BIDIR_SEG_LENS if "bidir_call" in kinds]
         saved = spec.VALUE_TILES[("bf16", block)]
         for tile in BWD_TILES if "bwd" in kinds else ():
             def bwd(tile=tile):
