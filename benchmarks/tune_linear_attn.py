@@ -3,12 +3,16 @@ Triton JIT on a GPU, to choose what triton_src/linear_attn/spec.py builds (STATE
 VALUE_TILES). A development tool: it needs Triton and a GPU; neuralops does not. Runs the kernels
 through tests/linear_attn_driver.py, which mirrors csrc/ops/linear_attn.cpp.
 
-The state pass and the forward are timed each alone, with the segments the op would use for
-each tile (the driver's state_sums and fwd_pass); the backward is timed whole (dq, dv, dk and the scans) per VALUE_TILES candidate. The JIT specializes
-integer arguments equal to 1 and Triton's version on the GPU machine may differ from the build's:
-check the built cubins' registers and spills with benchmarks/cubin_stats.py before trusting a tile.
+The state pass and the forward (causal, or bidirectional: BIDIR_FWD_TILES) are timed each alone,
+with the segments the op would use for each tile (the driver's state_sums and fwd_pass); the
+backward is timed whole (dq, dv, dk and the scans) per VALUE_TILES candidate, and bidir_call times
+whole bidirectional calls per forward tile and segment length. The JIT specializes integer
+arguments equal to 1 and Triton's version on the GPU machine may differ from the build's: check the
+built cubins' registers and spills with benchmarks/cubin_stats.py before trusting a tile, and that
+it fits sm_80 (benchmarks/aot_with_tile.py with ARCHS=80): the tiles serve every architecture.
 
-    python benchmarks/tune_linear_attn.py [--budget SECONDS] [--json PATH]   # from the repo root
+    python benchmarks/tune_linear_attn.py [--budget SECONDS] [--json PATH] [--shapes 0,1,2] \
+        [--kinds state,fwd,bidir,bidir_call,bwd]   # from the repo root
 """
 
 from __future__ import annotations
