@@ -18,9 +18,11 @@ it fits sm_80 (benchmarks/aot_with_tile.py with ARCHS=80): the tiles serve every
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -50,16 +52,22 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-def _setup(q, k, v, tiles: dict, tile: tuple, causal: bool = True) -> drv._Setup:
-    """The op's plan for these inputs with `tile` put in `tiles` (spec.STATE_TILES or FWD_TILES) for
-    bf16 at this block: the segments follow the tile, as the op's would."""
-    block = drv.block_for("bf16", q.shape[-1])
+@contextlib.contextmanager
+def _tile_in(tiles: dict, block: int, tile: tuple) -> Iterator[None]:
+    """`tile` in one of spec.py's tables (bf16 at `block`) while the block runs."""
     saved = tiles[("bf16", block)]
     tiles[("bf16", block)] = tile
     try:
-        return drv._Setup(q, k, v, "elu+1", causal, None, None, None, None)
+        yield
     finally:
         tiles[("bf16", block)] = saved
+
+
+def _setup(q, k, v, tiles: dict, tile: tuple, causal: bool = True) -> drv._Setup:
+    """The op's plan for these inputs with `tile` put in `tiles` (spec.STATE_TILES or FWD_TILES) for
+    bf16 at this block: the segments follow the tile, as the op's would."""
+    with _tile_in(tiles, drv.block_for("bf16", q.shape[-1]), tile):
+        return drv._Setup(q, k, v, "elu+1", causal, None, None, None, None)
 
 
 def _state_pass(q, k, v, tile: tuple):
@@ -83,15 +91,9 @@ BIDIR_SEG_LENS = (None, 1024, 512)
 
 
 def _bidir_call(q, k, v, tile: tuple, seg_len: int | None):
-    tiles, block = spec.fwd_tiles(0), drv.block_for("bf16", q.shape[-1])
-
     def call() -> None:
-        saved = tiles[("bf16", block)]
-        tiles[("bf16", block)] = tile
-        try:
+        with _tile_in(spec.fwd_tiles(0), drv.block_for("bf16", q.shape[-1]), tile):
             drv.forward(q, k, v, causal=False, seg_len=seg_len)
-        finally:
-            tiles[("bf16", block)] = saved
     return call
 
 
@@ -115,14 +117,10 @@ def main() -> None:
         candidates += [("bidir", t, _fwd_pass(q, k, v, t, False)) for t in TILES[block] if "bidir" in kinds]
         candidates += [(f"bidir_call seg_len={s}", t, _bidir_call(q, k, v, t, s))
                        for t in BIDIR_CALL_TILES for s in BIDIR_SEG_LENS if "bidir_call" in kinds]
-        saved = spec.VALUE_TILES[("bf16", block)]
         for tile in BWD_TILES if "bwd" in kinds else ():
             def bwd(tile=tile):
-                spec.VALUE_TILES[("bf16", block)] = tile
-                try:
+                with _tile_in(spec.VALUE_TILES, block, tile):
                     drv.backward(do, q, k, v, causal=True)
-                finally:
-                    spec.VALUE_TILES[("bf16", block)] = saved
             candidates.append(("bwd", tile, bwd))
         for kind, tile, fn in candidates:
             if time.monotonic() - start > args.budget:

@@ -160,3 +160,21 @@ def test_shared_memory_over_the_limit_takes_fewer_stages_or_fails(tmp_path):
     with pytest.raises(RuntimeError, match=r"big_80 for sm_80 needs 101377 bytes of shared memory per block with "
                                            r"one pipeline stage, over the 101376"):
         compiler.compile_tasks(tasks, {"big": "src"}, tmp_path, 1, ROOT, quiet=True)
+
+
+def test_stages_constexpr_takes_the_stage_count_and_fits_shared_memory(tmp_path):
+    """A kernel that pipelines its own copies (Gluon) gets its stage count as a constexpr, which the
+    build lowers like Triton's num_stages where a block does not fit (Triton's pipeliner gets one
+    stage). Fed through the cache, as above."""
+    pytest.importorskip("triton")
+    v = toy_spec(num_stages=lambda key: 2, stages_constexpr="STAGES").variants()[0]
+    assert "STAGES" not in v.constexprs()
+    task = compiler.make_task("toy", ROOT / "triton_src" / "gqa", v, 90)
+    assert (task.stages_constexpr, task.num_stages) == ("STAGES", 2)
+    assert compiler._signature(["x", "n", "BLOCK", "STAGES"], task) == "*fp16:16, i32, 64, 2"
+    plain = compiler.make_task("toy", ROOT / "triton_src" / "gqa", toy_spec(num_stages=lambda key: 2).variants()[0], 90)
+    assert compiler.cache_key(task, "src", "t") != compiler.cache_key(plain, "src", "t")
+    _cached(tmp_path, task, 233472)  # over sm_90's 232448 with two stages
+    _cached(tmp_path, dataclasses.replace(task, num_stages=1), 225280)
+    results = compiler.compile_tasks([task], {"toy": "src"}, tmp_path, 1, ROOT, quiet=True)
+    assert results[0].shared == 225280 and results[0].cubin.read_bytes() == b"cubin 1"

@@ -39,6 +39,7 @@ class Task:
     num_warps: int
     num_stages: int
     arch: int
+    stages_constexpr: str = ""  # KernelSpec.stages_constexpr
 
     def describe(self) -> str:
         return f"{self.variant_name} for sm_{self.arch}"
@@ -92,6 +93,7 @@ def make_task(op: str, op_dir: Path, variant: Variant, arch: int) -> Task:
         num_warps=variant.num_warps(),
         num_stages=variant.num_stages(arch),
         arch=arch,
+        stages_constexpr=variant.spec.stages_constexpr,
     )
 
 
@@ -107,12 +109,16 @@ def cache_key(task: Task, sources: str, triton: str) -> str:
         "arch": task.arch,
         "triton": triton,
     }
+    if task.stages_constexpr:  # absent otherwise, so that the other kernels' cached cubins stay valid
+        record["stages_constexpr"] = task.stages_constexpr
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _signature(arg_names: list[str], task: Task) -> str:
     params = dict(task.params)
     constexprs = dict(task.constexprs)
+    if task.stages_constexpr:
+        constexprs[task.stages_constexpr] = task.num_stages
     missing = [a for a in arg_names if a not in params and a not in constexprs]
     extra = sorted((set(params) | set(constexprs)) - set(arg_names))
     if missing or extra:
@@ -157,7 +163,7 @@ def compile_task(task: Task):
                 signature=signature,
                 grid="1,1,1",
                 num_warps=task.num_warps,
-                num_stages=task.num_stages,
+                num_stages=1 if task.stages_constexpr else task.num_stages,
                 out_name=task.function,
                 out_path=Path(tmp) / task.function,
             )

@@ -90,6 +90,9 @@ class KernelSpec:
     archs: the architectures the kernel can be built for (a Gluon kernel written for one
         generation's instructions); empty: every requested one. The dispatcher's
         ``<name>_runs_on(key, device)`` says whether a variant has a cubin for a device.
+    stages_constexpr: the constexpr that takes num_stages, for a kernel that pipelines its own
+        copies (Gluon); Triton's pipeliner then gets one stage. Either way the build lowers the
+        stages where a block needs more shared memory than its architecture allows.
     """
 
     name: str
@@ -104,6 +107,7 @@ class KernelSpec:
     include: Callable[[dict], bool] = field(default=lambda key: True)
     source: str = "kernels.py"
     archs: tuple[int, ...] = ()
+    stages_constexpr: str = ""
 
     def builds_for(self, arch: int) -> bool:
         return not self.archs or arch in self.archs

@@ -74,12 +74,10 @@ BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (
 # (4 spill 448 bytes: 972.8 against 531.7 us at B1 H16 N65536); 3 stages within -4% to +1% of 2.
 # At 256 features (twenty-eighth session) the Dv tile is la_fwd_kernel's 32 (FWD_TILES): two stages
 # of 64 x 256 q and k tiles and their features take 192 KB, and with Dv tiles of 64 the block would
-# need 240 KB; no spill with 8 warps. H200, B4 H16 N4096 D256: the walk 2619 -> 1179 us against
-# la_fwd_kernel's, the stats pass (one stage, WGMMA_FWD_STATS_STAGES) 2817 -> 1327 us.
+# need 240 KB; no spill with 8 warps. The stats variant's grad_out ring takes it over sm_90's 232448
+# bytes with two stages (233472), so the build gives it one (KernelSpec.stages_constexpr). H200, B4
+# H16 N4096 D256: the walk 2619 -> 1179 us against la_fwd_kernel's, the stats pass 2817 -> 1327 us.
 WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2), ("bf16", 256): (64, 8, 2)}
-# The stats pass's grad_out ring takes it over sm_90's 232448 bytes at 256 features with two stages
-# (233472): one there.
-WGMMA_FWD_STATS_STAGES = {("bf16", 256): 1}
 # The backward's walks in Gluon (bwd_wgmma.py, sm_90 only): dq, dv and dk for bf16 with one feature
 # part, all features and value columns in one program (C, warps, cp.async stages), where the Triton
 # kernels at 128 tile F by 32 (dq, dk) or Dv by 64 (dv). 4 warps at 64: two programs per SM, the
@@ -292,21 +290,24 @@ def _spec(name: str) -> KernelSpec:
 
 
 def _wgmma_spec(name: str, source: str, params, tiles: dict, block: str, extra_keys: dict, constexprs,
-                extra_built=lambda key: True, stages=lambda key, tile_stages: tile_stages) -> KernelSpec:
+                extra_built=lambda key: True) -> KernelSpec:
     """A Gluon walk (causal, bf16, one feature part, sm_90) with the arguments of its Triton kernel
-    (params) and (C, warps, stages) from tiles[dtype, block]; constexprs(key) adds the rest,
-    extra_built(key) picks the extra keys' variants that are built, and stages(key, the tile's)
-    the cp.async stages of each."""
+    (params) and (C, warps, cp.async stages: STAGES, at most) from tiles[dtype, block];
+    constexprs(key) adds the rest, and extra_built(key) picks the extra keys' variants that are
+    built."""
+    def tile(key: dict) -> tuple:
+        return tiles[key["dtype"], key[block]]
+
     def all_constexprs(key: dict) -> dict:
-        c, _, tile_stages = tiles[key["dtype"], key[block]]
-        return {"C": c, block: key[block], "PREC": PRECISION[key["dtype"]], "CAUSAL": key["CAUSAL"],
-                "FEAT": key["FEAT"], "STAGES": stages(key, tile_stages), **constexprs(key)}
+        return {"C": tile(key)[0], block: key[block], "PREC": PRECISION[key["dtype"]], "CAUSAL": key["CAUSAL"],
+                "FEAT": key["FEAT"], **constexprs(key)}
 
     return KernelSpec(name=name, function=f"{name}_kernel", source=source, params=params("*{dtype}:16"),
                       keys={"dtype": tuple(sorted({d for d, _ in tiles})), block: tuple(sorted({b for _, b in tiles})),
                             "CAUSAL": (1,), "FEAT": tuple(f for f in FEATURES if f > 0), **extra_keys},
-                      constexprs=all_constexprs, num_warps=lambda key: tiles[key["dtype"], key[block]][1],
-                      num_stages=1, include=lambda key: (key["dtype"], key[block]) in tiles and extra_built(key),
+                      constexprs=all_constexprs, num_warps=lambda key: tile(key)[1],
+                      num_stages=lambda key: tile(key)[2], stages_constexpr="STAGES",
+                      include=lambda key: (key["dtype"], key[block]) in tiles and extra_built(key),
                       archs=WGMMA_ARCHS)
 
 
@@ -321,8 +322,7 @@ def _wgmma_dq_built(key: dict) -> bool:
 WGMMA_KERNELS = [
     # The Dv tile is la_fwd_kernel's, since the plan sizes the forward's grid by it.
     _wgmma_spec("la_fwd_wgmma", "fwd_wgmma.py", _fwd_params, WGMMA_FWD_TILES, "BK", {"STATS": (0, 1)},
-                lambda key: {"BT": FWD_TILES[key["dtype"], key["BK"]][1], "STATS": key["STATS"]},
-                stages=lambda key, s: WGMMA_FWD_STATS_STAGES.get((key["dtype"], key["BK"]), s) if key["STATS"] else s),
+                lambda key: {"BT": FWD_TILES[key["dtype"], key["BK"]][1], "STATS": key["STATS"]}),
     _wgmma_spec("la_bwd_dq_wgmma", "bwd_wgmma.py", _dq_params, WGMMA_BWD_TILES, "BKV", {"STATS": (0, 1)},
                 lambda key: {"BF": key["BKV"], "STATS": key["STATS"]},
                 _wgmma_dq_built),
