@@ -7,8 +7,9 @@ NEURALOPS_AOT_PREBUILT=<dir> before timing it.
         [TABLE:DTYPE:BLOCK=C,T,WARPS,STAGES ...]
 
 Further tables after OUT_DIR change together with the first (twenty-eighth session: TILES and
-VALUE_TILES at 256). ARCHS (default 90) picks the architectures, e.g. ARCHS=80 to check that a
-tile fits sm_80's shared memory.
+VALUE_TILES at 256). TABLE is a name in spec.TABLES; the tile replaces its entry on every
+architecture (spec.replace_tile, ARCH_TILES included). ARCHS (default 90) picks the architectures,
+e.g. ARCHS=80 to check that a tile fits sm_80's shared memory.
 """
 
 import os
@@ -24,11 +25,11 @@ def _tile(text: str) -> tuple:
 
 
 # At module level: the AOT build compiles in spawned processes, which import this file again.
-getattr(spec, sys.argv[1])[sys.argv[2], int(sys.argv[3])] = _tile(os.environ["TILE"])
+spec.replace_tile(sys.argv[1], (sys.argv[2], int(sys.argv[3])), _tile(os.environ["TILE"]))
 for _arg in sys.argv[5:]:
     _where, _value = _arg.split("=")
     _table, _dtype, _block = _where.split(":")
-    getattr(spec, _table)[_dtype, int(_block)] = _tile(_value)
+    spec.replace_tile(_table, (_dtype, int(_block)), _tile(_value))
 
 if __name__ == "__main__":
     from triton_src.aot.__main__ import main

@@ -3,7 +3,8 @@ the installed neuralops: run it once per build in one lease to compare builds (r
 ninth session's A/B). bf16 and elu+1 unless marked; causal forward, causal forward+backward, bidirectional
 forward; the 256-feature and fp16 bidirectional rows were added after the ninth session's first A/B, the
 fp16 forward+backward rows in the twenty-third session, the 256-feature forward+backward and the
-Cosformer rows at 128 features (which run the 256-feature Triton kernels) in the twenty-eighth.
+Cosformer rows at 128 features (which run the 256-feature Triton kernels) in the twenty-eighth, its
+causal forward in the twenty-ninth.
 
     python benchmarks/linear_attn_calls.py [text ...]  # with neuralops installed, on a machine with a GPU
 
@@ -63,7 +64,8 @@ def main() -> None:
              fwd_bwd_case(4, 16, 4096, 128), fwd_bwd_case(1, 16, 65536, 128),
              fwd_case(4, 16, 4096, 64, False), fwd_case(4, 16, 4096, 128, False), fwd_case(1, 16, 65536, 128, False),
              fwd_case(4, 16, 4096, 256, True), fwd_case(4, 16, 4096, 256, False), fwd_bwd_case(4, 16, 4096, 256),
-             fwd_case(4, 16, 4096, 128, False, cosformer=True), fwd_bwd_case(4, 16, 4096, 128, cosformer=True),
+             fwd_case(4, 16, 4096, 128, True, cosformer=True), fwd_case(4, 16, 4096, 128, False, cosformer=True),
+             fwd_bwd_case(4, 16, 4096, 128, cosformer=True),
              fwd_case(4, 16, 4096, 128, False, torch.float16),
              fwd_bwd_case(4, 16, 4096, 64, torch.float16), fwd_bwd_case(4, 16, 2048, 64, torch.float16),
              fwd_bwd_case(4, 16, 4096, 32, torch.float16)]

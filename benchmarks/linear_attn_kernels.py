@@ -33,6 +33,7 @@ CASES = {
     "b256": lambda: fwd_case(4, 16, 4096, 256, False),
     "fbc128": lambda: fwd_bwd_case(4, 16, 4096, 128, cosformer=True),
     "bc128": lambda: fwd_case(4, 16, 4096, 128, False, cosformer=True),
+    "fc128": lambda: fwd_case(4, 16, 4096, 128, True, cosformer=True),
 }
 
 

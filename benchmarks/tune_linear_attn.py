@@ -8,11 +8,16 @@ with the segments the op would use for each tile (the driver's state_sums and fw
 backward is timed whole (dq, dv, dk and the scans) per VALUE_TILES candidate, and bidir_call times
 whole bidirectional calls per forward tile and segment length. The JIT specializes integer
 arguments equal to 1 and Triton's version on the GPU machine may differ from the build's: check the
-built cubins' registers and spills with benchmarks/cubin_stats.py before trusting a tile, and that
-it fits sm_80 (benchmarks/aot_with_tile.py with ARCHS=80): the tiles serve every architecture.
+built cubins' registers and spills with benchmarks/cubin_stats.py before trusting a tile. A tile for
+spec.py's shared tables must fit sm_80 (benchmarks/aot_with_tile.py with ARCHS=80); one that needs
+sm_90's shared memory goes in ARCH_TILES. The driver uses the tiles of the GPU it runs on, and a
+candidate replaces them on every architecture and feature map (spec.replace_tile).
 
-    python benchmarks/tune_linear_attn.py [--budget SECONDS] [--json PATH] [--shapes 0,1,2] \
-        [--kinds state,fwd,bidir,bidir_call,bwd]   # from the repo root
+    python benchmarks/tune_linear_attn.py [--budget SECONDS] [--json PATH] [--shapes 0,1,2,3] \
+        [--kinds state,fwd,bidir,bidir_call,bwd] [--cosformer]   # from the repo root
+
+--cosformer runs the kernels with Cosformer weights (their run-time-map variant, FEAT 0: 128
+features take the 256-feature block).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -34,14 +40,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 import linear_attn_driver as drv  # noqa: E402
 from triton_src.linear_attn import spec  # noqa: E402
 
-# B, H, N, D (= Dv): the issue's two shapes, and 256 features (twenty-eighth session).
-SHAPES = [(4, 16, 4096, 64), (1, 16, 65536, 128), (4, 16, 4096, 256)]
+# B, H, N, D (= Dv): the issue's two shapes, 256 features (twenty-eighth session), and 128 (with
+# --cosformer: the 256-feature kernels, twenty-ninth session).
+SHAPES = [(4, 16, 4096, 64), (1, 16, 65536, 128), (4, 16, 4096, 256), (4, 16, 4096, 128)]
 TILES = {  # (C, T, warps, stages) per feature block
     64: [(64, 64, 4, 2), (64, 64, 4, 3), (64, 64, 4, 4), (64, 64, 8, 3), (32, 64, 4, 3), (32, 64, 2, 3)],
     128: [(64, 64, 8, 2), (64, 64, 4, 2), (64, 64, 4, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 8, 3),
           (64, 128, 8, 2)],
     256: [(32, 32, 8, 2), (32, 64, 8, 2), (64, 32, 8, 2), (64, 64, 8, 2), (32, 64, 4, 2), (16, 64, 4, 2),
-          (32, 128, 8, 1), (64, 64, 8, 1)],
+          (32, 128, 8, 1), (64, 64, 8, 1), (64, 128, 8, 1), (64, 128, 4, 2), (128, 64, 8, 1)],
 }
 # Tiles whose feature block is narrower than D (T < D here) hit an illegal address in Triton 3.6's
 # JIT on the H200 (C64 T32): only tiles with T >= D are swept for the dq / dk kernels.
@@ -53,31 +60,42 @@ def bench(fn) -> float:
 
 
 @contextlib.contextmanager
-def _tile_in(tiles: dict, block: int, tile: tuple) -> Iterator[None]:
-    """`tile` in one of spec.py's tables (bf16 at `block`) while the block runs."""
-    saved = tiles[("bf16", block)]
-    tiles[("bf16", block)] = tile
+def _tile_in(table: str, block: int, tile: tuple) -> Iterator[None]:
+    """`tile` in one of spec.py's tables (bf16 at `block`, on every architecture) while the block runs."""
+    tables = [spec.TABLES[table], *(arch[table] for arch in spec.ARCH_TILES.values() if table in arch)]
+    saved = [dict(t) for t in tables]
+    spec.replace_tile(table, ("bf16", block), tile)
     try:
         yield
     finally:
-        tiles[("bf16", block)] = saved
+        for t, old in zip(tables, saved):
+            t.clear()
+            t.update(old)
 
 
-def _setup(q, k, v, tiles: dict, tile: tuple, causal: bool = True) -> drv._Setup:
-    """The op's plan for these inputs with `tile` put in `tiles` (spec.STATE_TILES or FWD_TILES) for
-    bf16 at this block: the segments follow the tile, as the op's would."""
-    with _tile_in(tiles, drv.block_for("bf16", q.shape[-1]), tile):
-        return drv._Setup(q, k, v, "elu+1", causal, None, None, None, None)
+# Cosformer's weights (--cosformer), as neuralops.core.triton_kernels.linear_attn.cosformer_weights.
+WEIGHTS: tuple = (None, None)
+
+
+def _block(q) -> int:
+    return drv.block_for("bf16", (2 if WEIGHTS[0] is not None else 1) * drv.pad16(q.shape[-1]))
+
+
+def _setup(q, k, v, table: str, tile: tuple, causal: bool = True) -> drv._Setup:
+    """The op's plan for these inputs with `tile` put in `table` (spec.TABLES: STATE_TILES, FWD_TILES or
+    BIDIR_FWD_TILES) for bf16 at this block: the segments follow the tile, as the op's would."""
+    with _tile_in(table, _block(q), tile):
+        return drv._Setup(q, k, v, "elu+1", causal, *WEIGHTS, None, None)
 
 
 def _state_pass(q, k, v, tile: tuple):
-    s = _setup(q, k, v, spec.STATE_TILES, tile)
+    s = _setup(q, k, v, "STATE_TILES", tile)
     x = torch.empty(s.b, s.hkv, s.g * s.r, s.ep, device=q.device)
     return lambda: s.state_sums(x)
 
 
 def _fwd_pass(q, k, v, tile: tuple, causal: bool = True):
-    s = _setup(q, k, v, spec.fwd_tiles(int(causal)), tile, causal)
+    s = _setup(q, k, v, "FWD_TILES" if causal else "BIDIR_FWD_TILES", tile, causal)
     states = s.forward_states(None, None)
     out = torch.empty(s.b, s.h, s.n, s.dvp, device=q.device, dtype=q.dtype)
     return lambda: s.fwd_pass(out, states, 1.0, 1e-6)
@@ -92,8 +110,8 @@ BIDIR_SEG_LENS = (None, 1024, 512)
 
 def _bidir_call(q, k, v, tile: tuple, seg_len: int | None):
     def call() -> None:
-        with _tile_in(spec.fwd_tiles(0), drv.block_for("bf16", q.shape[-1]), tile):
-            drv.forward(q, k, v, causal=False, seg_len=seg_len)
+        with _tile_in("BIDIR_FWD_TILES", _block(q), tile):
+            drv.forward(q, k, v, causal=False, cos=WEIGHTS[0], sin=WEIGHTS[1], seg_len=seg_len)
     return call
 
 
@@ -104,13 +122,18 @@ def main() -> None:
     ap.add_argument("--shapes", default="0,1", help="indices into SHAPES")
     ap.add_argument("--kinds", default="state,fwd,bwd",
                     help="of state, fwd, bidir (the bidirectional forward), bidir_call (whole calls), bwd")
+    ap.add_argument("--cosformer", action="store_true", help="with Cosformer weights")
     args = ap.parse_args()
+    global WEIGHTS
     start = time.monotonic()
     rows = []
     for b, h, n, d in [SHAPES[int(i)] for i in args.shapes.split(",")]:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
-        block = drv.block_for("bf16", d)
+        if args.cosformer:
+            angle = torch.arange(n, device="cuda", dtype=torch.float64) * (math.pi / (2 * n))
+            WEIGHTS = (angle.cos().float(), angle.sin().float())
+        block = _block(q)
         kinds = args.kinds.split(",")
         candidates = [("state", t, _state_pass(q, k, v, t)) for t in TILES[block] if "state" in kinds]
         candidates += [("fwd", t, _fwd_pass(q, k, v, t)) for t in TILES[block] if "fwd" in kinds]
@@ -119,8 +142,8 @@ def main() -> None:
                        for t in BIDIR_CALL_TILES for s in BIDIR_SEG_LENS if "bidir_call" in kinds]
         for tile in BWD_TILES if "bwd" in kinds else ():
             def bwd(tile=tile):
-                with _tile_in(spec.VALUE_TILES, block, tile):
-                    drv.backward(do, q, k, v, causal=True)
+                with _tile_in("VALUE_TILES", block, tile):
+                    drv.backward(do, q, k, v, causal=True, cos=WEIGHTS[0], sin=WEIGHTS[1])
             candidates.append(("bwd", tile, bwd))
         for kind, tile, fn in candidates:
             if time.monotonic() - start > args.budget:
@@ -130,8 +153,9 @@ def main() -> None:
             except Exception as exc:  # a tile that does not compile (shared memory) or fails
                 ms = float("nan")
                 print(f"  {kind} {tile}: {type(exc).__name__}: {str(exc)[:120]}")
-            rows.append(dict(shape=f"B{b} H{h} N{n} D{d}", kind=kind, tile=tile, ms=ms))
-            print(f"B{b} H{h} N{n} D{d} {kind} C,T,warps,stages={tile}: {ms:.4f} ms", flush=True)
+            shape = f"B{b} H{h} N{n} D{d}" + (" cosformer" if args.cosformer else "")
+            rows.append(dict(shape=shape, kind=kind, tile=tile, ms=ms))
+            print(f"{shape} {kind} C,T,warps,stages={tile}: {ms:.4f} ms", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     print("\nbest per shape and pass:")

@@ -9,8 +9,7 @@ import triton
 
 from triton_src.linear_attn import kernels as K
 from triton_src.linear_attn.spec import (BLOCKS, DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
-                                         STATE_TILES, TILES, VALUE_TILES, dk_dv_built, dq_stats_built,
-                                         feature_key, fwd_tiles)
+                                         dk_dv_built, dq_stats_built, feature_key, fwd_table, tile_of)
 
 
 def pad16(x: int) -> int:
@@ -80,6 +79,14 @@ def _padded(x: torch.Tensor, width: int, fill: float) -> torch.Tensor:
     return out
 
 
+def device_arch(device: torch.device) -> int | None:
+    """The sm_ target whose tiles (spec.tile_of) the op uses on `device`; None on the CPU."""
+    if device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
+
+
 def _st(t: torch.Tensor) -> list[int]:
     return [t.stride(i) if t.size(i) > 1 else 0 for i in range(3)]
 
@@ -102,13 +109,14 @@ class _Setup:
         self.v = _padded(v, self.dvp, 0.0)
         self.bk = block_for(self.dtype, self.n_parts * self.dp)
         self.prec = PRECISION[self.dtype]
+        self.arch = device_arch(q.device)
         # (C, BT, launch options, Dv tiles) of the state pass, the forward and the dv pass.
-        self.state, self.fwd, self.dvt = (self._tiles(t[self.dtype, self.bk])
-                                          for t in (STATE_TILES, fwd_tiles(self.causal), TILES))
+        self.state, self.fwd, self.dvt = (self._tiles(tile_of(t, self.arch, self.dtype, self.bk, self.feat))
+                                          for t in ("STATE_TILES", fwd_table(self.causal), "TILES"))
         self.nt = self.fwd[3]
         # Segments hold whole chunks of the backward's dq / dk kernels too (as csrc's make_plan).
         bkv = block_for(self.dtype, self.dvp)
-        c_value, bf = VALUE_TILES[self.dtype, bkv][:2]
+        c_value, bf = tile_of("VALUE_TILES", self.arch, self.dtype, bkv, self.feat)[:2]
         # The variants built to fold the scan (kernels.FOLD_MAX_BLOCK), as csrc's make_plan.
         self.fold_fwd = max(self.bk, self.fwd[1]) <= K.FOLD_MAX_BLOCK.value
         self.fold_bwd = self.fold_fwd and max(bf, bkv) <= K.FOLD_MAX_BLOCK.value
@@ -257,7 +265,7 @@ def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, s
 def _fused(st: _Setup, built) -> bool:
     """Whether one dq or dk program holds all of F and `built` (a spec rule) builds its variant."""
     bkv = block_for(st.dtype, st.dvp)
-    one_tile = triton.cdiv(st.dp, VALUE_TILES[st.dtype, bkv][1] // st.n_parts) == 1
+    one_tile = triton.cdiv(st.dp, tile_of("VALUE_TILES", st.arch, st.dtype, bkv, st.feat)[1] // st.n_parts) == 1
     return one_tile and built({"dtype": st.dtype, "BKV": bkv})
 
 
@@ -280,7 +288,7 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
     states = st.forward_states(s0, z0, backward=True)
     s, z, ss_bh, ss_g, sz_bh, sz_g, has_s = states
     bkv = block_for(st.dtype, st.dvp)
-    c2, bf, w2, s2 = VALUE_TILES[st.dtype, bkv]
+    c2, bf, w2, s2 = tile_of("VALUE_TILES", st.arch, st.dtype, bkv, st.feat)
     launch2 = dict(num_warps=w2, num_stages=s2)
     nf = triton.cdiv(st.dp, bf // st.n_parts)
     stats = int(dq_uses_stats(st))

@@ -60,14 +60,14 @@ at::Tensor run_cuda(const at::Tensor& input, int64_t num_kv_heads, int64_t num_h
   c10::DeviceGuard guard(x.device());
   if constexpr (kExpand) {
     const aot::GqaExpandKey key{x.scalar_type(), block_d(d)};
-    const auto cx = aot::gqa_expand_constexprs(key);
+    const auto cx = aot::gqa_expand_constexprs(key, x.get_device());
     auto config = launch_config(x, b * num_kv_heads * ceil_div(n, cx.BLOCK_N), 1, 1, "gqa_fwd");
     aot::gqa_expand(key, config, x.const_data_ptr(), out.mutable_data_ptr(), num_kv_heads, n, d,
                     n_rep, kernel_stride(x, 0), kernel_stride(x, 1), kernel_stride(x, 2),
                     kernel_stride(out, 0), kernel_stride(out, 1), kernel_stride(out, 2));
   } else {
     const aot::GqaReduceKey key{x.scalar_type(), block_d(d)};
-    const auto cx = aot::gqa_reduce_constexprs(key);
+    const auto cx = aot::gqa_reduce_constexprs(key, x.get_device());
     auto config = launch_config(x, b * num_kv_heads * ceil_div(n, cx.BLOCK_N), 1, 1, "gqa_bwd");
     aot::gqa_reduce(key, config, x.const_data_ptr(), out.mutable_data_ptr(), num_kv_heads, n, d,
                     n_rep, kernel_stride(x, 0), kernel_stride(x, 1), kernel_stride(x, 2),

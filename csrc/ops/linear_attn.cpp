@@ -488,10 +488,11 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   p.dvp = pad16(sh.dv);
   p.bk = block_for(p.dtype, sh.parts * p.dp);
   p.feat = feature_key(phi, sh.parts);
-  // Each Dv-tiled kernel has its own tiles (spec.py STATE_TILES, FWD_TILES, TILES).
-  const auto c_state = aot::la_state_constexprs({p.dtype, p.bk, 0, p.feat});
-  const auto c_fwd = aot::la_fwd_constexprs({p.dtype, p.bk, causal, p.feat});
-  const auto c_dv = aot::la_bwd_dv_constexprs({p.dtype, p.bk, causal, p.feat});
+  // Each Dv-tiled kernel has its own tiles (spec.py STATE_TILES, FWD_TILES, TILES), as compiled for
+  // this device's architecture (ARCH_TILES).
+  const auto c_state = aot::la_state_constexprs({p.dtype, p.bk, 0, p.feat}, device);
+  const auto c_fwd = aot::la_fwd_constexprs({p.dtype, p.bk, causal, p.feat}, device);
+  const auto c_dv = aot::la_bwd_dv_constexprs({p.dtype, p.bk, causal, p.feat}, device);
   p.nt_state = ceil_div(p.dvp, c_state.BT);
   p.nt = ceil_div(p.dvp, c_fwd.BT);
   p.nt_dv = ceil_div(p.dvp, c_dv.BT);
@@ -499,16 +500,19 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   // kernels chunk by their own tile (C of VALUE_TILES), which can exceed the forward's: a segment
   // of 32 rows walked in chunks of 64 summed the next segment's rows into its reverse state.
   const int64_t bkv = block_for(p.dtype, p.dvp);
-  const auto c_dq = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat, 0});
+  const auto c_dq = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat, 0}, device);
   const int64_t c_value = c_dq.C;
   p.fold_fwd = p.bk <= kFoldMaxBlock && c_fwd.BT <= kFoldMaxBlock;
   p.fold_bwd = p.fold_fwd && c_dq.BF <= kFoldMaxBlock && bkv <= kFoldMaxBlock;
   const aot::LaFwdWgmmaKey wgmma_key{p.dtype, p.bk, causal, p.feat, 0};
-  const int64_t c_wgmma = aot::la_fwd_wgmma_built(wgmma_key) ? aot::la_fwd_wgmma_constexprs(wgmma_key).C : 1;
+  // The Gluon walks' chunks count where they run on this device (sm_90).
+  const int64_t c_wgmma =
+      aot::la_fwd_wgmma_runs_on(wgmma_key, device) ? aot::la_fwd_wgmma_constexprs(wgmma_key, device).C : 1;
   // Every map builds Gluon's dq with the stats (spec.py _wgmma_dq_built), which has its plain variant's C.
   const aot::LaBwdDqWgmmaKey dq_wgmma_key{p.dtype, bkv, causal, p.feat, 1};
-  const int64_t c_dq_wgmma =
-      aot::la_bwd_dq_wgmma_built(dq_wgmma_key) ? aot::la_bwd_dq_wgmma_constexprs(dq_wgmma_key).C : 1;
+  const int64_t c_dq_wgmma = aot::la_bwd_dq_wgmma_runs_on(dq_wgmma_key, device)
+                                 ? aot::la_bwd_dq_wgmma_constexprs(dq_wgmma_key, device).C
+                                 : 1;
   const int64_t quantum = std::max({c_state.C, c_fwd.C, c_dv.C, c_value, c_wgmma, c_dq_wgmma});
   const int64_t nc = ceil_div(sh.n, quantum);  // N >= 1: the callers return early on empty inputs
   const int64_t per_segment = std::max<int64_t>(1, p.nt * sh.h * sh.b);
@@ -519,7 +523,7 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   p.l = chunks * quantum;
   // The forward's walks fold the sums where they can (fold_scan, for calls without an initial
   // state); the backward's dk and dv always read scanned reverse states.
-  const int64_t scan_step = aot::la_scan_constexprs({at::kFloat}).GB;
+  const int64_t scan_step = aot::la_scan_constexprs({at::kFloat}, device).GB;
   p.r = state_split(p.g, chunks, quantum, p.nt_state * sh.b * sh.hkv, p.bk, causal, sms,
                     !fold_scan(p, false, false, false), scan_step);
   p.r_rev = state_split(p.g, chunks, quantum, p.nt_state * sh.b * sh.h, p.bk, causal, sms, true, scan_step);
@@ -576,7 +580,7 @@ void launch_scan(const Tensor& x, const Tensor& y, int64_t bh, int64_t g, int64_
                  int64_t sy_bh, int64_t n_grp, int64_t mode, int64_t n_far, const OptTensor& init_s,
                  const OptTensor& init_z, const Tensor* tot_s, const Tensor* tot_z, Launches& config,
                  const char* what) {
-  const int64_t scan_block = aot::la_scan_constexprs({at::kFloat}).BE;
+  const int64_t scan_block = aot::la_scan_constexprs({at::kFloat}, x.get_device()).BE;
   aot::la_scan({at::kFloat}, config(x, ceil_div(e, scan_block) * bh, what), x.const_data_ptr(), y.mutable_data_ptr(),
                init_s ? init_s->const_data_ptr() : nullptr, init_z ? init_z->const_data_ptr() : nullptr,
                tot_s ? tot_s->mutable_data_ptr() : nullptr, tot_z ? tot_z->mutable_data_ptr() : nullptr, g, fd, e,
@@ -718,7 +722,7 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
   Launches config;
   if (causal && sh.n <= kDecodeMaxRows) {
     Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
-    const int64_t bt = aot::la_decode_constexprs({p.dtype, p.bk}).BT;
+    const int64_t bt = aot::la_decode_constexprs({p.dtype, p.bk}, q.get_device()).BT;
     aot::la_decode({p.dtype, p.bk}, config(q, ceil_div(p.dvp, bt) * sh.b * sh.hkv, "linear_attn decode"),
                    p.q.const_data_ptr(), p.k.const_data_ptr(), p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(),
                    p.w.s(), s0 ? s0->const_data_ptr() : nullptr, z0 ? z0->const_data_ptr() : nullptr,
@@ -795,7 +799,7 @@ BwdResult bwd_cuda(
                            : forward_states(p, s0, z0, nullptr, nullptr, fold_scan(p, s0.has_value(), false, true),
                                             fwd_buffer, config);
   const int64_t bkv = block_for(p.dtype, p.dvp);
-  const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat, 0}).BF;
+  const int64_t bf = aot::la_bwd_dq_constexprs({p.dtype, bkv, causal, p.feat, 0}, q.get_device()).BF;
   const int64_t nf = ceil_div(p.dp, bf / sh.parts);
   // la_bwd_dq_wgmma (one program for all of F and Dv, spec.py WGMMA_BWD_TILES) where it is built for
   // this device and D and Dv take the same block, else the Triton kernel over feature tiles. Where

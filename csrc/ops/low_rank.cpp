@@ -298,7 +298,7 @@ const void* ptr_or(const OptTensor& t, const at::Tensor& fallback) {
 void launch_gemm_nt(const Rows& a, const at::Tensor& b, const OptTensor& bias, const at::Tensor& c,
                     int64_t M, int64_t N, int64_t K) {
   const aot::LowRankGemmNtKey key{c.scalar_type()};
-  const auto cx = aot::low_rank_gemm_nt_constexprs(key);
+  const auto cx = aot::low_rank_gemm_nt_constexprs(key, c.get_device());
   auto config = launch_config(c, ceil_div(M, cx.BLOCK_M) * ceil_div(N, cx.BLOCK_N), 1, 1, "low_rank");
   aot::low_rank_gemm_nt(key, config, a.t.const_data_ptr(), b.const_data_ptr(), ptr_or(bias, c),
                         c.mutable_data_ptr(), M, N, K, bias.has_value() ? 1 : 0, a.inner, a.s_outer,
@@ -364,7 +364,7 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
   }
   if (impl == Impl::kFused) {
     const aot::LowRankFusedKey key{dtype, fused_block(dtype, R)};
-    const auto cx = aot::low_rank_fused_constexprs(key);
+    const auto cx = aot::low_rank_fused_constexprs(key, device);
     const int64_t m_blocks = ceil_div(M, cx.BLOCK_M);
     int64_t split = fused_n_split(m_blocks, K, N, runtime::multiprocessor_count(device));
     const int64_t per_prog = ceil_div(ceil_div(N, split), cx.BLOCK_N) * cx.BLOCK_N;
@@ -382,8 +382,8 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
   const aot::LowRankDecodePartialKey partial_key{dtype, block_m};
   const int64_t sms = runtime::multiprocessor_count(device);
   const aot::LowRankDecodeOutKey out_key{dtype, block_m, decode_out_block(dtype, block_m, N, sms)};
-  const auto pcx = aot::low_rank_decode_partial_constexprs(partial_key);
-  const auto ocx = aot::low_rank_decode_out_constexprs(out_key);
+  const auto pcx = aot::low_rank_decode_partial_constexprs(partial_key, device);
+  const auto ocx = aot::low_rank_decode_out_constexprs(out_key, device);
   const aot::LowRankDecodeReduceKey reduce_key{block_m};
   const bool reduced = aot::low_rank_decode_reduce_built(reduce_key);
   const KSplit split = decode_k_split(K, R, pcx.BLOCK_R, pcx.BLOCK_K, sms, reduced);
@@ -404,7 +404,7 @@ void run_chain(Impl impl, const Rows& a, const at::Tensor& w1, const at::Tensor&
   int64_t n_parts = split.parts;
   if (reduced) {
     float* const sum_ptr = part_ptr + split.parts * M * R;
-    const auto rcx = aot::low_rank_decode_reduce_constexprs(reduce_key);
+    const auto rcx = aot::low_rank_decode_reduce_constexprs(reduce_key, device);
     auto reduce_config = launch_config(out, ceil_div(M * R, rcx.BLOCK), 1, 1, "low_rank");
     reduce_config.programmatic_dependency = true;
     aot::low_rank_decode_reduce(reduce_key, reduce_config, part_ptr, sum_ptr, M * R, split.parts);
@@ -436,7 +436,7 @@ void launch_wgrad(const Rows& g, const Rows& h, const at::Tensor& dh, const Rows
                   const at::Tensor& dV, const OptTensor& dbias, int64_t M) {
   const int64_t N = dU.size(0), R = dU.size(1), K = dV.size(1);
   const aot::LowRankWgradKey key{dU.scalar_type()};
-  const auto cx = aot::low_rank_wgrad_constexprs(key);
+  const auto cx = aot::low_rank_wgrad_constexprs(key, dU.get_device());
   const int64_t tiles = ceil_div(N, cx.BLOCK_P) * ceil_div(R, cx.BLOCK_Q) +
                         ceil_div(R, cx.BLOCK_P) * ceil_div(K, cx.BLOCK_Q);
   auto config = launch_config(dU, tiles, 1, 1, "low_rank");

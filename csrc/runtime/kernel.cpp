@@ -83,19 +83,8 @@ int variant_arch(const KernelVariant& v, int cc) {
 LoadedFunction load(const KernelVariant& v, int device) {
   const CudaDriver& d = driver();
   const DeviceInfo& info = device_info(device);
-  int arch = variant_arch(v, info.capability);
-  TORCH_CHECK(arch >= 0, "neuralops: kernel ", v.name, " has no cubin for cuda:", device,
-              " (compute capability ", info.capability / 10, ".", info.capability % 10,
-              "); this build has ", arch_list(v),
-              ". Rebuild neuralops for this GPU with NEURALOPS_CUDA_ARCHS=\"", info.capability,
-              "\" (see the README), or set NEURALOPS_DISABLE_KERNELS=1 to use the PyTorch "
-              "fallbacks");
-  const CubinImage* image = nullptr;
-  for (int i = 0; i < v.num_images; ++i) {
-    if (v.images[i].arch == arch) {
-      image = &v.images[i];
-    }
-  }
+  const CubinImage* image = &v.images[image_index(v, device)];
+  const int arch = image->arch;
   TORCH_CHECK(static_cast<int>(image->shared_bytes) <= info.max_shared_optin, "neuralops: kernel ",
               v.name, " needs ", image->shared_bytes, " bytes of shared memory but cuda:", device,
               " allows ", info.max_shared_optin, " per block");
@@ -158,6 +147,22 @@ int select_arch(const int* archs, int num_archs, int cc) {
 
 bool runs_on(const KernelVariant& v, int device) {
   return variant_arch(v, device_info(device).capability) >= 0;
+}
+
+int image_index(const KernelVariant& v, int device) {
+  const DeviceInfo& info = device_info(device);
+  const int arch = variant_arch(v, info.capability);
+  for (int i = 0; i < v.num_images; ++i) {
+    if (v.images[i].arch == arch) {
+      return i;
+    }
+  }
+  TORCH_CHECK(false, "neuralops: kernel ", v.name, " has no cubin for cuda:", device,
+              " (compute capability ", info.capability / 10, ".", info.capability % 10,
+              "); this build has ", arch_list(v),
+              ". Rebuild neuralops for this GPU with NEURALOPS_CUDA_ARCHS=\"", info.capability,
+              "\" (see the README), or set NEURALOPS_DISABLE_KERNELS=1 to use the PyTorch "
+              "fallbacks");
 }
 
 int device_capability(int device) {

@@ -69,6 +69,10 @@ int select_arch(const int* archs, int num_archs, int cc);
 // Whether `variant` has a cubin that runs on CUDA device `device`. Loads the driver; throws on failure.
 bool runs_on(const KernelVariant& variant, int device);
 
+// The index in `variant.images` of the cubin that runs on CUDA device `device`: the one launched
+// there, and whose constexprs the generated <name>_constexprs(key, device) returns. Throws when none does.
+int image_index(const KernelVariant& variant, int device);
+
 // Compute capability (major * 10 + minor) of a CUDA device. Loads the driver; throws on failure.
 int device_capability(int device);
 

@@ -109,6 +109,31 @@ def test_generated_header_declares_typed_entry_points():
             "const void* x, int64_t n);") in header
 
 
+def test_constexprs_and_warps_may_differ_per_architecture(tmp_path):
+    """A tile per architecture: constexprs and num_warps see the arch being compiled, each cubin's
+    constexprs go into the dispatcher beside it, and <name>_constexprs(key, device) returns those of
+    the cubin that runs on the device; names that differ between architectures fail the build."""
+    spec = toy_spec(constexprs=lambda key: {"BLOCK": key["BLOCK"], "TILE": 128 if key["arch"] == 90 else 32},
+                    num_warps=lambda key: 8 if key["arch"] == 90 else 4, aligned=())
+    v = spec.variants()[0]
+    tasks = {arch: compiler.make_task("toy", ROOT / "triton_src" / "gqa", v, arch) for arch in (80, 90)}
+    assert dict(tasks[80].constexprs) == {"BLOCK": 64, "TILE": 32} and tasks[80].num_warps == 4
+    assert dict(tasks[90].constexprs) == {"BLOCK": 64, "TILE": 128} and tasks[90].num_warps == 8
+    images = [compiler.Compiled(tasks[a], tmp_path / f"{a}.cubin", "toy", 0, tasks[a].num_warps, 0, False)
+              for a in (80, 90)]
+    for img in images:
+        img.cubin.write_bytes(b"cubin")
+    assert "int64_t TILE;" in codegen._header("toy", [spec])
+    source = codegen._source("toy", [spec], {v: images})
+    assert f"const ToyCopyConstexprs k_{v.name}_constexprs[] = {{\n    {{64, 32}},\n    {{64, 128}}}};" in source
+    assert "return e.constexprs[runtime::image_index(e.variant, device)];" in source
+    assert "ToyCopyConstexprs toy_copy_constexprs(const ToyCopyKey& key, int device) {" in source
+    odd = compiler.Compiled(dataclasses.replace(tasks[90], constexprs=(("BLOCK", 64),)), images[1].cubin, "toy", 0,
+                            8, 0, False)
+    with pytest.raises(ValueError, match=r"constexprs \['BLOCK'\] differ from toy_copy's \['BLOCK', 'TILE'\]"):
+        codegen._source("toy", [spec], {v: [images[0], odd]})
+
+
 def test_compile_is_cached(tmp_path):
     pytest.importorskip("triton")
     from triton_src.aot import probe
@@ -168,7 +193,7 @@ def test_stages_constexpr_takes_the_stage_count_and_fits_shared_memory(tmp_path)
     stage). Fed through the cache, as above."""
     pytest.importorskip("triton")
     v = toy_spec(num_stages=lambda key: 2, stages_constexpr="STAGES").variants()[0]
-    assert "STAGES" not in v.constexprs()
+    assert "STAGES" not in v.constexprs(90)
     task = compiler.make_task("toy", ROOT / "triton_src" / "gqa", v, 90)
     assert (task.stages_constexpr, task.num_stages) == ("STAGES", 2)
     assert compiler._signature(["x", "n", "BLOCK", "STAGES"], task) == "*fp16:16, i32, 64, 2"

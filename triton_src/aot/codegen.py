@@ -56,7 +56,7 @@ def _header(op: str, specs: list[KernelSpec]) -> str:
     for spec in specs:
         c = camel(spec.name)
         kinds = spec.key_kinds()
-        constexpr_names = list(spec.constexprs(dict((k, v[0]) for k, v in spec.keys.items())))
+        constexpr_names = _constexpr_names(spec)
         fields = "".join(f"  {'c10::ScalarType' if kinds[k] == 'dtype' else 'int64_t'} {k};\n" for k in kinds)
         cfields = "".join(f"  int64_t {n};\n" for n in constexpr_names)
         out.append(f"\n// {spec.function}: keys {', '.join(kinds)}\n")
@@ -64,13 +64,27 @@ def _header(op: str, specs: list[KernelSpec]) -> str:
         out.append(f"// Whether a variant was built for `key`.\nbool {spec.name}_built(const {c}Key& key);\n\n")
         out.append(f"// Whether the variant built for `key` has a cubin for CUDA device `device` (false when\n"
                    f"// none was built).\nbool {spec.name}_runs_on(const {c}Key& key, int device);\n\n")
-        out.append(f"// The constexprs of the variant built for `key`; throws when none was built.\n"
-                   f"{c}Constexprs {spec.name}_constexprs(const {c}Key& key);\n\n")
+        out.append(f"// The constexprs of the variant built for `key`, as compiled into its cubin for CUDA device\n"
+                   f"// `device` (a tile may differ per architecture); throws when none was built or none runs there.\n"
+                   f"{c}Constexprs {spec.name}_constexprs(const {c}Key& key, int device);\n\n")
         out.append(f"// Launches the variant built for `key`, its 16-byte-aligned form when the arguments\n"
                    f"// satisfy the hints. Throws when none was built or an argument exceeds its type.\n"
                    f"{_signature(spec)};\n")
     out.append("\n}  // namespace neuralops::aot\n")
     return "".join(out)
+
+
+def _constexpr_names(spec: KernelSpec) -> list[str]:
+    # The names are the same for every key and architecture (KernelSpec.constexprs); _source checks it.
+    return list(spec.constexprs({**{k: v[0] for k, v in spec.keys.items()}, "arch": 0}))
+
+
+def _constexpr_row(spec: KernelSpec, img: Compiled) -> str:
+    values = dict(img.task.constexprs)
+    names = _constexpr_names(spec)
+    if sorted(values) != sorted(names):
+        raise ValueError(f"{img.task.describe()}: constexprs {sorted(values)} differ from {spec.name}'s {names}")
+    return "{" + ", ".join(str(values[n]) for n in names) + "}"
 
 
 def _symbol(variant: Variant, arch: int) -> str:
@@ -101,16 +115,18 @@ def _source(op: str, specs: list[KernelSpec], built: dict[Variant, list[Compiled
                 f'    {{{img.task.arch}, {_symbol(v, img.task.arch)}, {img.cubin.stat().st_size}, '
                 f'"{img.function}", {img.shared}, {img.num_warps}, {img.scratch_args}}}'
                 for img in built[v])
+            # One row per image, in the images' order: the constexprs each cubin was compiled with.
+            cx_rows = ",\n".join(f"    {_constexpr_row(spec, img)}" for img in built[v])
             out.append(f"\nconst runtime::CubinImage k_{v.name}_images[] = {{\n{rows}}};\n"
+                       f"const {c}Constexprs k_{v.name}_constexprs[] = {{\n{cx_rows}}};\n"
                        f"runtime::FunctionCache k_{v.name}_cache;\n")
-        out.append(f"\nstruct {c}Entry {{\n  {c}Key key;\n  bool aligned;\n  {c}Constexprs constexprs;\n"
+        out.append(f"\nstruct {c}Entry {{\n  {c}Key key;\n  bool aligned;\n  const {c}Constexprs* constexprs;\n"
                    f"  runtime::KernelVariant variant;\n}};\n\n"
                    # std::array: a kernel built for no requested architecture has no entries.
                    f"const std::array<{c}Entry, {len(variants)}> k_{spec.name} = {{{{\n")
         for v in variants:
             key = ", ".join(_key_value(kinds[k], val) for k, val in v.key)
-            cx = ", ".join(str(val) for val in v.constexprs().values())
-            out.append(f'    {{{{{key}}}, {str(v.aligned).lower()}, {{{cx}}}, '
+            out.append(f'    {{{{{key}}}, {str(v.aligned).lower()}, k_{v.name}_constexprs, '
                        f'{{"{v.name}", k_{v.name}_images, {len(built[v])}, &k_{v.name}_cache}}}},\n')
         out.append("}};\n\n")
         same = " && ".join(f"a.{k} == b.{k}" for k in kinds)
@@ -130,9 +146,9 @@ def _source(op: str, specs: list[KernelSpec], built: dict[Variant, list[Compiled
         out.append(f"\nbool {spec.name}_runs_on(const {c}Key& key, int device) {{\n"
                    f"  for (const auto& e : k_{spec.name}) {{\n    if (same_key(e.key, key)) {{\n"
                    f"      return runtime::runs_on(e.variant, device);\n    }}\n  }}\n  return false;\n}}\n")
-        out.append(f"\n{c}Constexprs {spec.name}_constexprs(const {c}Key& key) {{\n"
+        out.append(f"\n{c}Constexprs {spec.name}_constexprs(const {c}Key& key, int device) {{\n"
                    f"  for (const auto& e : k_{spec.name}) {{\n    if (same_key(e.key, key)) {{\n"
-                   f"      return e.constexprs;\n    }}\n  }}\n  {not_built}}}\n")
+                   f"      return e.constexprs[runtime::image_index(e.variant, device)];\n    }}\n  }}\n  {not_built}}}\n")
         out.append(f"\n{_signature(spec)} {{\n")
         arg_names = []
         for name, ty in spec.params:

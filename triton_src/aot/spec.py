@@ -8,7 +8,11 @@ generates the C++ dispatcher (``<op>_kernels.h``) that the op's C++ code calls.
 A ``KernelSpec`` names the Triton function, its run-time parameters with their types, and the
 dispatch keys: the cartesian product of the key values gives the variants. Keys whose values are
 dtype names (``fp16``, ``bf16``, ``fp32``) become ``c10::ScalarType`` in C++, int keys become
-``int64_t``. Constexpr arguments of the kernel are derived from the key by ``constexprs``.
+``int64_t``. Constexpr arguments of the kernel are derived from the key by ``constexprs``; it, and
+``num_warps`` and ``num_stages`` where they are callables, receive the key with one more entry,
+``arch`` (the sm_ target being compiled), so that a kernel can take a larger tile where an
+architecture allows it. The generated ``<name>_constexprs(key, device)`` returns those of the cubin
+that runs on the device.
 
 Parameters listed in ``aligned`` get Triton's divisibility hint (``:16``: a pointer aligned to 16
 bytes, an integer divisible by 16) in an extra, preferred variant; the generated dispatcher picks it
@@ -48,8 +52,11 @@ class Variant:
             parts.append("a16")
         return "_".join(parts)
 
-    def constexprs(self) -> dict[str, int]:
-        return dict(self.spec.constexprs(self.key_dict))
+    def _arch_key(self, arch: int) -> dict[str, KeyValue]:
+        return {**self.key_dict, "arch": arch}
+
+    def constexprs(self, arch: int) -> dict[str, int]:
+        return dict(self.spec.constexprs(self._arch_key(arch)))
 
     def param_types(self) -> list[tuple[str, str]]:
         """(name, Triton type) of each run-time parameter, with hints, in kernel order."""
@@ -62,11 +69,11 @@ class Variant:
             out.append((name, ty))
         return out
 
-    def num_warps(self) -> int:
-        return _resolve(self.spec.num_warps, self.key_dict)
+    def num_warps(self, arch: int) -> int:
+        return _resolve(self.spec.num_warps, self._arch_key(arch))
 
     def num_stages(self, arch: int) -> int:
-        stages = _resolve(self.spec.num_stages, self.key_dict)
+        stages = _resolve(self.spec.num_stages, self._arch_key(arch))
         return min(stages, self.spec.max_stages.get(arch, stages))
 
 
@@ -83,7 +90,8 @@ class KernelSpec:
     params: the run-time arguments, in the kernel's order: (name, type) where type is ``*{dtype}``
         or ``*fp32`` (a pointer), ``i32``, ``i64``, ``fp32`` or ``fp64``; ``{key}`` is substituted.
     keys: dispatch keys and the values to build.
-    constexprs: the kernel's constexpr arguments for one key.
+    constexprs: the kernel's constexpr arguments for one key (with ``arch``: see the module's
+        docstring); the same names for every key and architecture.
     max_stages: per architecture, a ceiling on num_stages (a pipeline Triton cannot build there).
     source: the file in the op's directory that defines ``function`` (a Gluon kernel has its own,
         so that importing ``kernels.py`` never needs Gluon).

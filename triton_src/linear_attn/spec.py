@@ -22,7 +22,9 @@ builds (benchmarks/aot_with_tile.py, see VALUE_TILES); the others keep the runni
 32 KB of registers per program and shared memory under 99 KB (the opt-in limit of sm_86, sm_89 and
 sm_120, which also run the sm_80 cubins). The build enforces that limit (triton_src/aot/compiler.py
 compile_tasks): the causal dv kernel at (bf16, 128) and (fp16, 256), which needs 104-130 KB with its
-two stages, is built with one for sm_80 and sm_120.
+two stages, is built with one for sm_80 and sm_120. Where sm_90's 227 KB allow faster tiles, it
+compiles its own (ARCH_TILES; the tile of a (dtype, block) may also differ per feature map), and
+the op reads the tiles of the cubin that runs on its device.
 
 Pointers to q, k, v and the gradients, their batch, head and row strides, and D and Dv carry
 16-divisibility hints in every variant: csrc/ops/linear_attn.cpp guarantees them, so there is no
@@ -34,10 +36,11 @@ from triton_src.linear_attn.kernels import PHI_KINDS
 
 # (dtype, block) -> (chunk rows C, tile of the other dimension, warps, stages), for the Dv-tiled
 # kernels (block: all features) and the dq/dk kernels (block: all of Dv).
-# bf16 at 256 (the dv pass's tile; the others have their own below, twenty-eighth session): tiles are
-# one per key for every architecture, so a tile must also fit sm_80's and sm_120's 99 KB with one
+# bf16 at 256 (the dv pass's tile; the others have their own below, twenty-eighth session): these
+# tables serve every architecture, so a tile must also fit sm_80's and sm_120's 99 KB with one
 # stage. (64, 32, 8, 2) uses wgmma and does not spill: dv at B4 H16 N4096 D256 2662 -> 1764 us on the
-# H200 against (32, 32, 8, 2); (64, 64, 8, 2) took 1089 us there but needs 104 KB on sm_80.
+# H200 against (32, 32, 8, 2); (64, 64, 8, 2) took 1089 us there but needs 104 KB on sm_80, so sm_90
+# alone takes it (ARCH_TILES).
 TILES = {
     ("bf16", 64): (64, 64, 4, 3),
     ("bf16", 128): (64, 64, 8, 2),
@@ -55,7 +58,7 @@ TILES = {
 # shared (32, 32, 8, 2), 0.245 ms; (32, 128, 8, 1), 0.242 ms, needs 128 KB on sm_80), which spills 40
 # bytes in its backward mode: AOT, 263 -> 136 us forward and 457 -> 160 us backward. The causal
 # forward keeps (32, 32, 8, 2): Cosformer's 128 features (FEAT 0) and fp16 run it, and its Dv tile is
-# the Gluon walk's (WGMMA_FWD_TILES).
+# the Gluon walk's (WGMMA_FWD_TILES). sm_90 has its own for both (ARCH_TILES).
 STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3), ("bf16", 256): (32, 64, 4, 2)}
 FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2)}
 # The bidirectional forward (CAUSAL = 0) keeps only the fixed state's bf16 operand for its loop.
@@ -64,7 +67,8 @@ FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8,
 # (kernels.py, Precision) all of Dv fits, and q is read and its features computed once per row:
 # H200 JIT sweep, B4 H16 N4096 D128 0.119 -> 0.100 ms, B1 H16 N65536 D128 0.401 -> 0.328 ms (with
 # segment_count's two programs per SM; results/linear_attn.md, tenth session). At 256 (JIT sweep, B4
-# H16 N4096 D256): 0.958 ms with (32, 32, 8, 2), 0.284 ms with (64, 64, 8, 2), no spill.
+# H16 N4096 D256): 0.958 ms with (32, 32, 8, 2), 0.284 ms with (64, 64, 8, 2), no spill; sm_90 has
+# its own (ARCH_TILES).
 BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (64, 64, 8, 2)}
 
 
@@ -91,8 +95,8 @@ WGMMA_FUSED = (64,)
 WGMMA_ARCHS = (90,)
 
 
-def fwd_tiles(causal: int) -> dict:
-    return FWD_TILES if causal else BIDIR_FWD_TILES
+def fwd_table(causal: int) -> str:
+    return "FWD_TILES" if causal else "BIDIR_FWD_TILES"
 
 
 # 16 rows at 256 for shared memory. (dq and dk spill less with 8 warps at 64, but measured slower on
@@ -111,6 +115,54 @@ def fwd_tiles(causal: int) -> dict:
 VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 4, 2), ("bf16", 128): (64, 32, 4, 2), ("bf16", 256): (16, 64, 8, 1),
                ("fp16", 256): (16, 32, 8, 1)}
 BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
+
+TABLES = {"TILES": TILES, "STATE_TILES": STATE_TILES, "FWD_TILES": FWD_TILES, "BIDIR_FWD_TILES": BIDIR_FWD_TILES,
+          "VALUE_TILES": VALUE_TILES}
+# Tiles that replace the tables' on one architecture: arch -> table -> {key: tile}, where a key is
+# (dtype, block) or (dtype, block, FEAT), the latter first. The tables above are for every
+# architecture, so their tiles fit sm_80's and sm_120's 99 KB (sm_80's cubins also run on sm_86 and
+# sm_89); sm_90 allows 227 KB a block. The plan reads the tiles of the cubin that runs on its device
+# (<kernel>_constexprs(key, device)). Overrides must not change which variants are built (VALUE_TILES
+# at FUSED_BLOCK decides that for every architecture). The H200's, at 256 features (twenty-ninth
+# session, AOT builds against the shared tiles, B4 H16 N4096, whole calls):
+# - dv (64, 64, 8, 2), 104 KB on sm_80: 1755 -> 1082 us; D256 fwd+bwd 8.69 -> 8.02 ms.
+# - the state pass (64, 128, 8, 1) (JIT sweep: 0.218 against 0.245 ms): forward states at D256 134 ->
+#   113 us, bidirectional 264 -> 209 us; the backward's reverse states 159 -> 176 us.
+# - the bidirectional forward (128, 128, 8, 1), 139 KB: 293 -> 199 us; the D256 call 0.595 -> 0.441 ms.
+#   Cosformer's variant (FEAT 0, at D128 F = 256 and Dv = 128) keeps the shared tile: its call took
+#   0.415 ms with this one and 0.400 with (64, 128, 4, 2), against 0.390.
+# - Cosformer's causal forward (FEAT 0; the other maps run the Gluon walk, whose Dv tile is the
+#   shared one's) (32, 64, 8, 2) (JIT sweep: 1.05 against 1.41 ms; (64, 64, 8, 2) faulted in the
+#   JIT): 1419 -> 862 us; Cosformer D128 causal fwd 1.58 -> 1.06 ms, fwd+bwd 5.49 -> 4.04 ms.
+ARCH_TILES = {
+    90: {"TILES": {("bf16", 256): (64, 64, 8, 2)},
+         "STATE_TILES": {("bf16", 256): (64, 128, 8, 1)},
+         "FWD_TILES": {("bf16", 256, 0): (32, 64, 8, 2)},
+         "BIDIR_FWD_TILES": {("bf16", 256): (128, 128, 8, 1), ("bf16", 256, 0): (64, 64, 8, 2)}},
+}
+
+
+def _arch_tiles(table: str, arch: int | None) -> dict:
+    """TABLES[table] as compiled for sm_`arch` (None, or an arch without its own: the shared tiles)."""
+    return {**TABLES[table], **ARCH_TILES.get(arch, {}).get(table, {})}
+
+
+def tile_of(table: str, arch: int | None, dtype: str, block: int, feat: int) -> tuple:
+    """(C, tile, warps, stages) in `table` for sm_`arch`, a dtype, block and feature key (FEAT)."""
+    tiles = _arch_tiles(table, arch)
+    return tiles.get((dtype, block, feat), tiles[dtype, block])
+
+
+def replace_tile(table: str, key: tuple, tile: tuple) -> None:
+    """`tile` for `key`, (dtype, block) or (dtype, block, FEAT), in `table` on every architecture and
+    under every feature key it covers (for the tuning tools)."""
+    TABLES[table][key] = tile
+    for tiles in (TABLES[table], *(arch[table] for arch in ARCH_TILES.values() if table in arch)):
+        for k in tiles:
+            if k[:len(key)] == key:
+                tiles[k] = tile
+
+
 # Triton 3.8 cannot software-pipeline dv's and dk's loop for sm_100 (its pipeliner fails on the
 # dot under `if` that starts each chunk): one stage there.
 MAX_STAGES = {"la_bwd_dv": {100: 1}, "la_bwd_dk": {100: 1}}
@@ -219,18 +271,18 @@ _SCAN_PARAMS = (
     ("n_far", _I), ("write_y", _I), ("EP", "i64"), ("sy_bh", "i64"),
 )
 
-# kernel -> (parameters, name of the block key, name of the other tile's constexpr, the tiles for a
-# key (the forward's depend on its mode), the mode
+# kernel -> (parameters, name of the block key, name of the other tile's constexpr, the name of its
+# table in TABLES for a key (the forward's depends on its mode), the mode
 # compiled in rather than a run-time branch: CAUSAL freed enough registers to cut the 3.8 forward's
 # spills at 128 features from 472 to 152 bytes per thread with 8 warps; GRADS keeps the backward's
 # row weights out of the forward's state pass: 104 against 138 registers, 555 against 710 SASS
 # instructions per chunk at 64 features)
 _KERNELS = {
-    "la_state": (_state_params, "BK", "BT", lambda key: STATE_TILES, "GRADS"),
-    "la_fwd": (_fwd_params, "BK", "BT", lambda key: fwd_tiles(key["CAUSAL"]), "CAUSAL"),
-    "la_bwd_dq": (_dq_params, "BKV", "BF", lambda key: VALUE_TILES, "CAUSAL"),
-    "la_bwd_dv": (_dv_params, "BK", "BT", lambda key: TILES, "CAUSAL"),
-    "la_bwd_dk": (_dk_params, "BKV", "BF", lambda key: VALUE_TILES, "CAUSAL"),
+    "la_state": (_state_params, "BK", "BT", lambda key: "STATE_TILES", "GRADS"),
+    "la_fwd": (_fwd_params, "BK", "BT", lambda key: fwd_table(key["CAUSAL"]), "CAUSAL"),
+    "la_bwd_dq": (_dq_params, "BKV", "BF", lambda key: "VALUE_TILES", "CAUSAL"),
+    "la_bwd_dv": (_dv_params, "BK", "BT", lambda key: "TILES", "CAUSAL"),
+    "la_bwd_dk": (_dk_params, "BKV", "BF", lambda key: "VALUE_TILES", "CAUSAL"),
 }
 
 
@@ -269,11 +321,11 @@ _EXTRA_KEYS = {"la_bwd_dq": ({"STATS": (0, 1)}, lambda key: key["STATS"] == 0 or
 
 
 def _spec(name: str) -> KernelSpec:
-    params, block, other, tiles, mode = _KERNELS[name]
+    params, block, other, table, mode = _KERNELS[name]
     extra, extra_built = _EXTRA_KEYS.get(name, ({}, lambda key: True))
 
     def tile(key: dict) -> tuple:
-        return tiles(key)[key["dtype"], key[block]]
+        return tile_of(table(key), key["arch"], key["dtype"], key[block], key["FEAT"])
 
     def constexprs(key: dict) -> dict:
         c, t, _, _ = tile(key)
@@ -322,7 +374,8 @@ def _wgmma_dq_built(key: dict) -> bool:
 WGMMA_KERNELS = [
     # The Dv tile is la_fwd_kernel's, since the plan sizes the forward's grid by it.
     _wgmma_spec("la_fwd_wgmma", "fwd_wgmma.py", _fwd_params, WGMMA_FWD_TILES, "BK", {"STATS": (0, 1)},
-                lambda key: {"BT": FWD_TILES[key["dtype"], key["BK"]][1], "STATS": key["STATS"]}),
+                lambda key: {"BT": tile_of("FWD_TILES", key["arch"], key["dtype"], key["BK"], key["FEAT"])[1],
+                             "STATS": key["STATS"]}),
     _wgmma_spec("la_bwd_dq_wgmma", "bwd_wgmma.py", _dq_params, WGMMA_BWD_TILES, "BKV", {"STATS": (0, 1)},
                 lambda key: {"BF": key["BKV"], "STATS": key["STATS"]},
                 _wgmma_dq_built),

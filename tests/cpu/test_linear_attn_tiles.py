@@ -1,0 +1,83 @@
+"""The linear attention tiles per architecture (triton_src/linear_attn/spec.py ARCH_TILES): what each
+arch compiles, and that an override changes tiles only, never which variants are built."""
+
+from triton_src.linear_attn import spec
+
+KERNELS = {s.name: s for s in spec.KERNELS}
+# The Triton kernels (and the mode) that compile each table's tiles.
+TABLE_KERNELS = {"TILES": [("la_bwd_dv", "BK", {})], "STATE_TILES": [("la_state", "BK", {})],
+                 "FWD_TILES": [("la_fwd", "BK", {"CAUSAL": 1})], "BIDIR_FWD_TILES": [("la_fwd", "BK", {"CAUSAL": 0})],
+                 "VALUE_TILES": [("la_bwd_dq", "BKV", {}), ("la_bwd_dk", "BKV", {})]}
+
+
+def _compiled(v, arch: int, other: str) -> tuple:
+    return v.constexprs(arch)["C"], v.constexprs(arch)[other], v.num_warps(arch), v.num_stages(arch)
+
+
+def test_every_override_is_compiled_for_its_arch_alone():
+    """Each ARCH_TILES entry is the tile its kernels' variants compile for that arch (a (dtype,
+    block, FEAT) entry before a (dtype, block) one), and sm_80, sm_100 and sm_120 compile the shared
+    table's."""
+    checked = 0
+    for arch, tables in spec.ARCH_TILES.items():
+        for table, tiles in tables.items():
+            for name, block, mode in TABLE_KERNELS[table]:
+                other = "BF" if block == "BKV" else "BT"
+                for v in KERNELS[name].variants():
+                    k = v.key_dict
+                    if (k["dtype"], k[block]) not in {t[:2] for t in tiles} or any(k[m] != x for m, x in mode.items()):
+                        continue
+                    want = tiles.get((k["dtype"], k[block], k["FEAT"]), tiles.get((k["dtype"], k[block])))
+                    shared = spec.TABLES[table][k["dtype"], k[block]]
+                    if want is None:  # only feature-key entries for this block, none for this FEAT
+                        want = shared
+                    assert _compiled(v, arch, other)[:3] == want[:3], (v.name, arch)
+                    assert v.num_stages(arch) == want[3]
+                    for other_arch in {80, 90, 100, 120} - {arch}:
+                        assert _compiled(v, other_arch, other)[:3] == shared[:3], (v.name, other_arch)
+                    checked += 1
+    assert checked >= 16
+
+
+def test_the_h200_tiles_measured_in_the_twenty_ninth_session():
+    """Cosformer (FEAT 0) keeps the shared bidirectional forward on sm_90 and takes its own causal
+    forward; the other maps take the larger bidirectional tile and keep the causal one (the Gluon
+    walk's Dv tile)."""
+    for table, feat, tile in (("TILES", 2, (64, 64, 8, 2)), ("TILES", 0, (64, 64, 8, 2)),
+                              ("STATE_TILES", 2, (64, 128, 8, 1)), ("STATE_TILES", 0, (64, 128, 8, 1)),
+                              ("BIDIR_FWD_TILES", 3, (128, 128, 8, 1)),
+                              ("BIDIR_FWD_TILES", 0, spec.BIDIR_FWD_TILES["bf16", 256]),
+                              ("FWD_TILES", 0, (32, 64, 8, 2)), ("FWD_TILES", 2, spec.FWD_TILES["bf16", 256])):
+        assert spec.tile_of(table, 90, "bf16", 256, feat) == tile, (table, feat)
+        assert spec.tile_of(table, 80, "bf16", 256, feat) == spec.TABLES[table]["bf16", 256]
+
+
+def test_overrides_name_existing_tables_and_keys_and_build_the_same_variants():
+    for tables in spec.ARCH_TILES.values():
+        for table, tiles in tables.items():
+            assert {k[:2] for k in tiles} <= set(spec.TABLES[table]), table
+            assert all(len(k) == 2 or k[2] in spec.FEATURES for k in tiles), table
+            # VALUE_TILES at FUSED_BLOCK decides which fused variants exist, for every architecture.
+            assert not (table == "VALUE_TILES" and any(k[1] == spec.FUSED_BLOCK for k in tiles))
+    # The Gluon forward's Dv tile is la_fwd's on every architecture (the plan sizes its grid by it).
+    causal_fwd = {v.key: v for v in KERNELS["la_fwd"].variants()}
+    for v in KERNELS["la_fwd_wgmma"].variants():
+        k = v.key_dict
+        twin = causal_fwd[tuple({"dtype": k["dtype"], "BK": k["BK"], "CAUSAL": 1, "FEAT": k["FEAT"]}.items())]
+        assert v.constexprs(90)["BT"] == twin.constexprs(90)["BT"], v.name
+
+
+def test_replace_tile_reaches_every_architecture_and_feature_key():
+    key = ("bf16", 256)
+    saved = {t: (dict(spec.TABLES[t]), dict(spec.ARCH_TILES[90][t])) for t in ("STATE_TILES", "TILES")}
+    try:
+        for table in saved:
+            spec.replace_tile(table, key, (16, 16, 4, 1))
+            for feat in spec.FEATURES:
+                assert spec.tile_of(table, 90, *key, feat) == spec.tile_of(table, None, *key, feat) == (16, 16, 4, 1)
+    finally:
+        for table, (base, arch) in saved.items():
+            spec.TABLES[table].clear()
+            spec.TABLES[table].update(base)
+            spec.ARCH_TILES[90][table].clear()
+            spec.ARCH_TILES[90][table].update(arch)
