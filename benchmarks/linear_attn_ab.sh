@@ -7,8 +7,10 @@
 # eighteenth and nineteenth sessions). AOT output may be carried for either tree.
 # Usage (on the GPU machine, from the repository root):
 #   OLD=<dir> [NEW_AOT=<dir>] [OLD_AOT=<dir>] [KERNEL_CASES="f64 fb128s"] [CALL_CASES="fp16 D64"] \
-#     OUT=/tmp/out bash benchmarks/linear_attn_ab.sh
-# (CALL_CASES: linear_attn_calls.py's name filters; all cases without it.)
+#     [TESTS="odd_shapes or states"] OUT=/tmp/out bash benchmarks/linear_attn_ab.sh
+# (CALL_CASES: linear_attn_calls.py's name filters, all cases without it; TESTS: a pytest -k
+# expression for the GPU tests, "none" to skip them, all without it. A lease's start-up takes about
+# 100 s of device time, so the filters fit an A/B into what a session has left.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-/tmp/neuralops-ab}"
@@ -25,10 +27,12 @@ cd "$ROOT"
     python3 -m pip install --no-build-isolation --no-deps --target /tmp/old_site . > "$OUT/build_old.log" 2>&1 \
     || echo "OLD BUILD FAILED" ) &
 wait
-echo "== GPU tests (new build)"
-timeout 300 python3 -m pytest tests/gpu -q -rfEs -p no:cacheprovider > "$OUT/tests-gpu.log" 2>&1
-tail -3 "$OUT/tests-gpu.log"
-grep -E "^(FAILED|ERROR)" "$OUT/tests-gpu.log" | head -20
+if [ "${TESTS:-}" != none ]; then
+  echo "== GPU tests (new build)"
+  timeout 300 python3 -m pytest tests/gpu -q -rfEs -p no:cacheprovider ${TESTS:+-k "$TESTS"} > "$OUT/tests-gpu.log" 2>&1
+  tail -3 "$OUT/tests-gpu.log"
+  grep -E "^(FAILED|ERROR)" "$OUT/tests-gpu.log" | head -20
+fi
 cd /tmp  # the installed packages, not the checkout
 echo "== kernels of causal forwards (new build)"
 for shape in "4 16 4096 64" "1 16 65536 128" "4 16 2048 128"; do

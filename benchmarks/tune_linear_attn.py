@@ -14,7 +14,7 @@ sm_90's shared memory goes in ARCH_TILES. The driver uses the tiles of the GPU i
 candidate replaces them on every architecture and feature map (spec.replace_tile).
 
     python benchmarks/tune_linear_attn.py [--budget SECONDS] [--json PATH] [--shapes 0,1,2,3] \
-        [--kinds state,fwd,bidir,bidir_call,bwd] [--cosformer]   # from the repo root
+        [--kinds state,fwd,bidir,bidir_call,bwd] [--cosformer] [--tiles "C,T,W,S;..."]   # from the repo root
 
 --cosformer runs the kernels with Cosformer weights (their run-time-map variant, FEAT 0: 128
 features take the 256-feature block).
@@ -123,6 +123,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="state,fwd,bwd",
                     help="of state, fwd, bidir (the bidirectional forward), bidir_call (whole calls), bwd")
     ap.add_argument("--cosformer", action="store_true", help="with Cosformer weights")
+    ap.add_argument("--tiles", default="", help="'C,T,warps,stages;...': the state, fwd and bidir candidates, in "
+                    "this order (a tile that faults leaves the CUDA context broken for those after it)")
     args = ap.parse_args()
     global WEIGHTS
     start = time.monotonic()
@@ -135,9 +137,10 @@ def main() -> None:
             WEIGHTS = (angle.cos().float(), angle.sin().float())
         block = _block(q)
         kinds = args.kinds.split(",")
-        candidates = [("state", t, _state_pass(q, k, v, t)) for t in TILES[block] if "state" in kinds]
-        candidates += [("fwd", t, _fwd_pass(q, k, v, t)) for t in TILES[block] if "fwd" in kinds]
-        candidates += [("bidir", t, _fwd_pass(q, k, v, t, False)) for t in TILES[block] if "bidir" in kinds]
+        tiles = [tuple(int(x) for x in t.split(",")) for t in args.tiles.split(";")] if args.tiles else TILES[block]
+        candidates = [("state", t, _state_pass(q, k, v, t)) for t in tiles if "state" in kinds]
+        candidates += [("fwd", t, _fwd_pass(q, k, v, t)) for t in tiles if "fwd" in kinds]
+        candidates += [("bidir", t, _fwd_pass(q, k, v, t, False)) for t in tiles if "bidir" in kinds]
         candidates += [(f"bidir_call seg_len={s}", t, _bidir_call(q, k, v, t, s))
                        for t in BIDIR_CALL_TILES for s in BIDIR_SEG_LENS if "bidir_call" in kinds]
         for tile in BWD_TILES if "bwd" in kinds else ():

@@ -585,7 +585,10 @@ std::string low_rank_routing_json() {
   const auto field = [](const char* name, int64_t value) {
     return "\"" + std::string(name) + "\": " + std::to_string(value);
   };
+  // The decode and fused kernels are built for 16-divisible sizes and strides (forward_chain's hints);
+  // a call without them takes cuBLAS under "auto" and the two-GEMM kernels under "triton".
   return "{" + field("decode_max_rows", max_rows) + ", " + field("decode_max_weight_bytes", kDecodeMaxWeightBytes) +
+         ", " + field("decode_multiple_of", 16) +
          ", \"decode_backward_captured\": false, \"otherwise\": \"cublas\"}";
 }
 

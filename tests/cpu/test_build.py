@@ -39,6 +39,7 @@ def test_build_info_lists_every_arch_and_kernel(library_loaded):
         assert info["ops"][op]["cubins"] == sum(len(s.variants()) * len(a) for s, a in zip(specs, built_archs))
     assert info["torch"] == torch.__version__.split("+")[0]
     assert info["routing"]["low_rank"]["decode_max_weight_bytes"] == 9 << 20
+    assert info["routing"]["low_rank"]["decode_multiple_of"] == 16
     assert info["routing"]["low_rank"]["otherwise"] == "cublas"
 
 

@@ -326,8 +326,16 @@ def test_bad_inputs_get_clear_errors(library_loaded, call, monkeypatch):
         run(q=q[0])
     with pytest.raises(ValueError, match=r"must be a multiple of k's and v's \(3\)"):
         run(k=torch.randn(1, 3, 6, 8), v=torch.randn(1, 3, 6, 5))
-    with pytest.raises(ValueError, match="head dim 8"):
+    with pytest.raises(ValueError, match="k must have q's head dim 8, got 7"):
         run(k=torch.randn(1, 2, 6, 7))
+    with pytest.raises(ValueError, match=r"q, k and v must have one batch size, got 1, 2 and 2"):
+        run(k=torch.randn(2, 2, 6, 8), v=torch.randn(2, 2, 6, 5))
+    with pytest.raises(ValueError, match=r"q, k and v must have one sequence length, got 6, 6 and 5"):
+        run(v=torch.randn(1, 2, 5, 5))
+    with pytest.raises(ValueError, match="k and v must have one number of heads, got 2 and 1"):
+        run(v=torch.randn(1, 1, 6, 5))
+    with pytest.raises(ValueError, match="head dims must be positive, got D=8 and Dv=0"):
+        run(v=torch.randn(1, 2, 6, 0))
     with pytest.raises(TypeError, match="one (floating )?dtype"):
         run(v=v.double())
     with pytest.raises(ValueError, match="phi must be"):
@@ -336,8 +344,16 @@ def test_bad_inputs_get_clear_errors(library_loaded, call, monkeypatch):
         run(cos=torch.ones(6))
     with pytest.raises(ValueError, match=r"cos_weight must have shape \[N\] or \[B, N\]"):
         run(cos=torch.ones(7), sin=torch.ones(7))
-    with pytest.raises(ValueError, match="must have shape"):
+    with pytest.raises(ValueError, match=r"initial_(state\.)?S must have shape \(?\[?1, 2, 8, 5"):
         run(s0=torch.zeros(1, 2, 8, 4), z0=torch.zeros(1, 2, 8))
+
+
+def test_api_names_the_argument_that_is_not_a_tensor_or_on_another_device():
+    q, k, v = make(1, 2, 2, 3, 4, 4)
+    with pytest.raises(TypeError, match="k must be a torch.Tensor, got list"):
+        la.fwd(q, k.tolist(), v)
+    with pytest.raises(ValueError, match="q is on cpu but v is on meta"):
+        la.fwd(q, k, v.to("meta"))
 
 
 def test_api_rejects_unknown_keywords_and_bad_state():

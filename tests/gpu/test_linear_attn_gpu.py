@@ -113,6 +113,7 @@ def test_fused_backward_every_mode(phi, causal, cosformer, gqa, dtype):
     (2, 8, 2, 1000, 64, 96, True),
     (1, 2, 1, 777, 256, 256, False),  # the largest head dims
     (1, 2, 2, 513, 128, 24, True),    # the largest Cosformer head dim
+    (1, 3, 1, 1100, 128, 130, True),  # Cosformer at 256 features, Dv one column past a tile
     (2, 4, 2, 64, 80, 72, False),
 ])
 def test_odd_shapes(b, h, hkv, n, d, dv, cosformer, dtype):
@@ -140,17 +141,21 @@ def test_every_map_at_256_features(phi, gqa):
     check_mode(phi, True, False, torch.bfloat16, 4, 2 if gqa else 4, 200, 72)
 
 
-def test_states_at_256_features():
+@pytest.mark.parametrize("cosformer", [False, True])
+def test_states_at_256_features(cosformer):
     """The walk at 256 features starts from a given state and writes the final one (write_final),
-    over several segments."""
-    b, h, hkv, n, d, dv = 2, 4, 2, 3000, 256, 40
+    over several segments. Cosformer reaches 256 features from 128 (a cos and a sin part), in the
+    run-time-map forward with its own sm_90 tile (spec.ARCH_TILES)."""
+    b, h, hkv, n, d, dv = 2, 4, 2, 3000, 128 if cosformer else 256, 40
     q, k, v = make(b, h, hkv, n, d, dv, torch.bfloat16)
+    cos, sin = weights(n) if cosformer else (None, None)
+    parts = (2,) if cosformer else ()
     g = torch.Generator(device="cuda").manual_seed(5)
-    s0 = torch.randn(b, hkv, d, dv, device="cuda", generator=g)
-    z0 = torch.rand(b, hkv, d, device="cuda", generator=g) * 5
+    s0 = torch.randn(b, hkv, *parts, d, dv, device="cuda", generator=g)
+    z0 = torch.rand(b, hkv, *parts, d, device="cuda", generator=g) * 5
     poison_allocator()
-    out, st = la.fwd(q, k, v, True, "elu+1", 1e-6, initial_state=(s0, z0), return_state=True)
-    ref, ref_st, _ = reference(q, k, v, "elu+1", True, None, None, 1.0, s0, z0)
+    out, st = la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin, initial_state=(s0, z0), return_state=True)
+    ref, ref_st, _ = reference(q, k, v, "elu+1", True, cos, sin, 1.0, s0, z0)
     assert_close("out", out, ref, torch.bfloat16)
     assert_close("S", st.S, ref_st.S, torch.bfloat16)
     assert_close("z", st.z, ref_st.z, torch.bfloat16)

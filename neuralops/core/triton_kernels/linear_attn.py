@@ -141,13 +141,18 @@ def _check_inputs(q: Any, k: Any, v: Any, cos: Any, sin: Any, state: LinearAttnS
     if not q.dtype.is_floating_point or k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"neuralops.linear_attn: q, k and v must have one floating dtype, got {q.dtype}, "
                         f"{k.dtype} and {v.dtype}")
-    if k.device != q.device or v.device != q.device:
-        raise ValueError(f"neuralops.linear_attn: q, k and v must be on one device, got {q.device}, "
-                         f"{k.device} and {v.device}")
+    # The messages are the C++ op's (csrc/ops/linear_attn.cpp check_inputs): one error whichever
+    # layer catches it.
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise ValueError(f"neuralops.linear_attn: q is on {q.device} but {name} is on {t.device}")
     b, h, n, d = q.shape
-    if k.shape[0] != b or v.shape[0] != b or k.shape[2] != n or v.shape[2] != n:
-        raise ValueError(f"neuralops.linear_attn: q, k and v must agree on batch and sequence length, got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[0] != b or v.shape[0] != b:
+        raise ValueError(f"neuralops.linear_attn: q, k and v must have one batch size, got {b}, {k.shape[0]} "
+                         f"and {v.shape[0]}")
+    if k.shape[2] != n or v.shape[2] != n:
+        raise ValueError(f"neuralops.linear_attn: q, k and v must have one sequence length, got {n}, "
+                         f"{k.shape[2]} and {v.shape[2]}")
     if k.shape[3] != d:
         raise ValueError(f"neuralops.linear_attn: k must have q's head dim {d}, got {k.shape[3]}")
     if v.shape[1] != k.shape[1]:
