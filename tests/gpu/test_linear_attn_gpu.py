@@ -237,6 +237,29 @@ def test_decode_step_many_heads():
     assert_close("S", st.S, ref_st.S, torch.bfloat16)
 
 
+@pytest.mark.parametrize("cosformer", [False, True])
+def test_decode_step_is_one_launch(cosformer):
+    """N = 1 with a state (a view of the last row, as a decode loop slices it) is one kernel launch:
+    no copy of the inputs, weights or state around it."""
+    b, h, hkv, n, d, dv = 2, 8, 2, 101, 64, 64
+    q, k, v = make(b, h, hkv, n, d, dv, torch.bfloat16)
+    cos, sin = la.cosformer_weights(n, device="cuda") if cosformer else (None, None)
+    head = (cos[:-1], sin[:-1]) if cosformer else (None, None)
+    _, state = la.fwd(q[:, :, :-1], k[:, :, :-1], v[:, :, :-1], True, "elu+1", 1e-6, *head, return_state=True)
+    last = (cos[-1:], sin[-1:]) if cosformer else (None, None)
+
+    def step():
+        return la.fwd(q[:, :, -1:], k[:, :, -1:], v[:, :, -1:], True, "elu+1", 1e-6, *last, initial_state=state,
+                      return_state=True)
+
+    step()  # the first call loads the cubin
+    assert _cuda_kernels(step) == ["la_decode_kernel"]
+    out, st = step()
+    ref, ref_st, _ = reference(q, k, v, "elu+1", True, cos, sin, 1.0)
+    assert_close("out", out, ref[:, :, -1:], torch.bfloat16)
+    assert_close("S", st.S, ref_st.S, torch.bfloat16)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_long_sequence_stays_finite_and_accurate(dtype):
     q, k, v = make(1, 2, 2, 65536, 64, 64, dtype)
@@ -421,11 +444,11 @@ def test_state_dtype_is_checked():
     assert out.shape == (1, 2, 8, 16) and math.isfinite(out.float().sum().item())
 
 
-def _cuda_kernels(fn) -> set[str]:
+def _cuda_kernels(fn) -> list[str]:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
 @pytest.mark.parametrize("d", [64, 128])
