@@ -70,14 +70,20 @@ std::string arch_list(const KernelVariant& v) {
   return s.empty() ? "no architecture" : s;
 }
 
-// The architecture of v's cubin that runs on a device of capability `cc`, or -1.
-int variant_arch(const KernelVariant& v, int cc) {
+// The index in v.images of the cubin that runs on a device of capability `cc`, or -1.
+int find_image(const KernelVariant& v, int cc) {
   int archs[16];
   int n = 0;
   for (int i = 0; i < v.num_images && n < 16; ++i) {
     archs[n++] = v.images[i].arch;
   }
-  return select_arch(archs, n, cc);
+  const int arch = select_arch(archs, n, cc);
+  for (int i = 0; i < n; ++i) {
+    if (archs[i] == arch) {
+      return i;
+    }
+  }
+  return -1;
 }
 
 LoadedFunction load(const KernelVariant& v, int device) {
@@ -146,23 +152,19 @@ int select_arch(const int* archs, int num_archs, int cc) {
 }
 
 bool runs_on(const KernelVariant& v, int device) {
-  return variant_arch(v, device_info(device).capability) >= 0;
+  return find_image(v, device_info(device).capability) >= 0;
 }
 
 int image_index(const KernelVariant& v, int device) {
   const DeviceInfo& info = device_info(device);
-  const int arch = variant_arch(v, info.capability);
-  for (int i = 0; i < v.num_images; ++i) {
-    if (v.images[i].arch == arch) {
-      return i;
-    }
-  }
-  TORCH_CHECK(false, "neuralops: kernel ", v.name, " has no cubin for cuda:", device,
+  const int index = find_image(v, info.capability);
+  TORCH_CHECK(index >= 0, "neuralops: kernel ", v.name, " has no cubin for cuda:", device,
               " (compute capability ", info.capability / 10, ".", info.capability % 10,
               "); this build has ", arch_list(v),
               ". Rebuild neuralops for this GPU with NEURALOPS_CUDA_ARCHS=\"", info.capability,
               "\" (see the README), or set NEURALOPS_DISABLE_KERNELS=1 to use the PyTorch "
               "fallbacks");
+  return index;
 }
 
 int device_capability(int device) {
