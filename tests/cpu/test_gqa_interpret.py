@@ -9,6 +9,9 @@ from triton_src.gqa import kernels
 from triton_src.gqa.spec import KERNELS
 
 triton = pytest.importorskip("triton")
+import interpreter_bounds  # noqa: E402
+
+interpreter_bounds.install()  # every launch below: an access past its tensors raises
 
 CONSTEXPRS = {spec.name: spec.constexprs for spec in KERNELS}
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -12,8 +12,12 @@ import torch
 import linear_attn_driver as drv
 from helpers import rel_error
 from triton_src.linear_attn import kernels as K
+from triton_src.linear_attn import spec
 
 triton = pytest.importorskip("triton")
+import interpreter_bounds  # noqa: E402
+
+interpreter_bounds.install()  # every launch below: an access past its tensors raises
 drv.patch_interpreter_bf16_dot()
 
 TOL = {torch.bfloat16: 1e-2, torch.float16: 5e-3, torch.float32: 1e-4}
@@ -56,6 +60,11 @@ CASES = [
 
 @pytest.mark.parametrize("b,h,hkv,n,d,dv,dtype,phi,causal,cos,state,seg_len,transposed", CASES)
 def test_kernels_forward_and_backward(b, h, hkv, n, d, dv, dtype, phi, causal, cos, state, seg_len, transposed):
+    check_against_reference(b, h, hkv, n, d, dv, dtype, phi, causal, cos, state, seg_len, transposed)
+
+
+def check_against_reference(b, h, hkv, n, d, dv, dtype, phi, causal, cos, state, seg_len=None, transposed=False):
+    """The driver's forward and backward (states and their gradients with `state`) against float64."""
     q, k, v = make(b, h, hkv, n, d, dv, dtype, positive=phi == "identity", transposed=transposed)
     w = cosformer(n) if cos else None
     parts = 2 if cos else 1
@@ -90,6 +99,28 @@ def test_kernels_forward_and_backward(b, h, hkv, n, d, dv, dtype, phi, causal, c
         results.update(dS0=(ds0, grads[3]), dz0=(dz0, grads[4]))
     errors = {name: rel_error(a, r) for name, (a, r) in results.items()}
     assert all(e <= tol for e in errors.values()), errors
+
+
+# The (dtype, block, FEAT or None) keys that some architecture's tiles override (spec.ARCH_TILES),
+# each run with the shared tiles (arch None) and with every overriding architecture's: the
+# interpreter has no architecture, so the test sets the one whose tiles the driver reads.
+ARCH_TILE_KEYS = sorted({(*key[:2], key[2] if len(key) > 2 else None)
+                         for tables in spec.ARCH_TILES.values() for tiles in tables.values() for key in tiles},
+                        key=str)
+DTYPES = {name: dtype for dtype, name in drv.DTYPE_NAMES.items()}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("arch", [None, *spec.ARCH_TILES])
+@pytest.mark.parametrize("dtype,block,feat", ARCH_TILE_KEYS)
+def test_every_architectures_tiles(monkeypatch, dtype, block, feat, arch, causal):
+    """Each architecture's tiles at the blocks they override, forward and backward, in bounds
+    (interpreter_bounds) and against float64: D and Dv off the 16-column grid, N past a 128-row
+    chunk, GQA. FEAT 0 is Cosformer's (two parts of D features), any other key a one-part map."""
+    monkeypatch.setattr(drv, "device_arch", lambda device: arch)
+    phi = "elu+1" if not feat else next(p for p, kind in K.PHI_KINDS.items() if kind + 1 == feat)
+    d = (block // 2 if feat == 0 else block) - 8
+    check_against_reference(1, 2, 1, 150, d, 130, DTYPES[dtype], phi, causal, feat == 0, False)
 
 
 @pytest.mark.parametrize("state", [False, True], ids=["folded", "scanned"])
@@ -267,7 +298,7 @@ def test_state_kernel_grads_mode_matches_reference(cos):
     w = (torch.rand(b, n, generator=g), torch.rand(b, n, generator=g)) if cos else None
     st = drv._Setup(q, k, v, "elu+1", True, *(w or (None, None)), 64)
     x = torch.full((b, h, st.g, st.ep), float("nan"))
-    st.state_sums(x, do, den, dl, scale)
+    st.state_sums(x, drv._padded(do, st.dvp, 0.0), den, dl, scale)  # grad_out as the op pads it, to Dv 32
     qf = K.features_reference(q, 1, w, scale) / den.double()[..., None]
     f = qf.shape[-1]
     ref_s = torch.stack([torch.einsum("bhnf,bhne->bhfe", qf[:, :, a:a + st.l], do.double()[:, :, a:a + st.l])

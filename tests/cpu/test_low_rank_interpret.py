@@ -14,6 +14,9 @@ from triton_src.low_rank import kernels
 from triton_src.low_rank.spec import KERNELS
 
 triton = pytest.importorskip("triton")
+import interpreter_bounds  # noqa: E402
+
+interpreter_bounds.install()  # every launch below: an access past its tensors raises
 pytestmark = requires_interpreter
 
 CONSTEXPRS = {spec.name: spec.constexprs for spec in KERNELS}

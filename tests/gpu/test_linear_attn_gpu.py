@@ -178,6 +178,34 @@ def test_layouts(layout, dtype):
         assert_close(name, leaf.grad, g, dtype)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_bnhd_view_is_read_without_a_copy(causal, dtype):
+    """fwd and bwd on [B, N, H, D] projections viewed as [B, H, N, D] (grad_out too) launch exactly
+    the kernels that contiguous inputs launch: the kernels read the view through its strides. The
+    misaligned layout, which the op copies, launches more, so the comparison does see a copy.
+    (bwd, not autograd: AccumulateGrad would copy a contiguous gradient into a view leaf's layout.)"""
+    b, h, hkv, n, d, dv = 2, 4, 2, 300, 64, 64
+
+    def launches(layout):
+        q, k, v = make(b, h, hkv, n, d, dv, dtype, layout=layout)
+        grad_out = torch.randn(b, n, h, dv, device="cuda", dtype=dtype).transpose(1, 2)
+        if layout == "contiguous":
+            grad_out = grad_out.contiguous()
+
+        def call():
+            la.fwd(q, k, v, causal, "relu", 1e-6)
+            la.bwd(q, k, v, grad_out, causal, "relu", 1e-6)
+
+        call()  # the first call loads the cubins
+        return _cuda_kernels(call)
+
+    plain = launches("contiguous")
+    assert plain
+    assert launches("bnhd_view") == plain
+    assert len(launches("misaligned")) > len(plain)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("cosformer", [False, True])
