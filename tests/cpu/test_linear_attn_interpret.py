@@ -51,6 +51,8 @@ CASES = [
     # Dv over three of the fp32 forward's 16-column tiles: the stats pass's shares of dout . out summed
     (1, 2, 1, 45, 16, 40, torch.float32, "elu+1", True, False, False, 16, False),
     (2, 2, 2, 1, 16, 16, torch.float16, "elu+1", True, False, True, None, False),     # decode step
+    # the 128 blocks: dq and dk in 32-feature tiles over 80 padded features, a state
+    (1, 2, 1, 150, 72, 100, torch.bfloat16, "relu", True, False, True, None, False),
     # three decode rows at the 256 block (Cosformer's 2 x 120 features), GQA, with a state
     (1, 4, 2, 3, 120, 40, torch.bfloat16, "elu+1", True, True, True, None, False),
     # Cosformer at D = 48: the forward chunks by 32 rows, the backward's dq and dk kernels by 64,
