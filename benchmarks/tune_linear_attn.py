@@ -23,12 +23,10 @@ features take the 256-feature block).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -59,18 +57,9 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-@contextlib.contextmanager
-def _tile_in(table: str, block: int, tile: tuple) -> Iterator[None]:
+def _tile_in(table: str, block: int, tile: tuple):
     """`tile` in one of spec.py's tables (bf16 at `block`, on every architecture) while the block runs."""
-    tables = [spec.TABLES[table], *(arch[table] for arch in spec.ARCH_TILES.values() if table in arch)]
-    saved = [dict(t) for t in tables]
-    spec.replace_tile(table, ("bf16", block), tile)
-    try:
-        yield
-    finally:
-        for t, old in zip(tables, saved):
-            t.clear()
-            t.update(old)
+    return spec.tile_replaced(table, ("bf16", block), tile)
 
 
 # Cosformer's weights (--cosformer), as neuralops.core.triton_kernels.linear_attn.cosformer_weights.
@@ -95,7 +84,7 @@ def _state_pass(q, k, v, tile: tuple):
 
 
 def _fwd_pass(q, k, v, tile: tuple, causal: bool = True):
-    s = _setup(q, k, v, "FWD_TILES" if causal else "BIDIR_FWD_TILES", tile, causal)
+    s = _setup(q, k, v, spec.fwd_table(int(causal)), tile, causal)
     states = s.forward_states(None, None)
     out = torch.empty(s.b, s.h, s.n, s.dvp, device=q.device, dtype=q.dtype)
     return lambda: s.fwd_pass(out, states, 1.0, 1e-6)

@@ -23,14 +23,6 @@ from triton.runtime import interpreter
 _LAUNCH: dict = {"kernel": "", "extents": []}
 
 
-def _tensors(name: str, arg) -> list[tuple[str, torch.Tensor]]:
-    if isinstance(arg, torch.Tensor):
-        return [(name, arg)]
-    if isinstance(arg, (tuple, list)):
-        return [item for i, a in enumerate(arg) for item in _tensors(f"{name}[{i}]", a)]
-    return []
-
-
 def _describe(address: int) -> str:
     below = [(start, end, name) for start, end, name in _LAUNCH["extents"] if start <= address]
     if not below:
@@ -40,7 +32,7 @@ def _describe(address: int) -> str:
 
 
 def _check(builder, kind: str, ptrs, mask) -> None:
-    addresses = ptrs.data[np.broadcast_to(mask.data.astype(bool), ptrs.data.shape)].astype(np.int64)
+    addresses = ptrs.data[mask.data.astype(bool)].astype(np.int64)  # Triton broadcasts the mask to the pointers
     if addresses.size == 0:
         return
     size = np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize
@@ -63,12 +55,9 @@ def install() -> None:
     def init_args_checked(self, args_dev, kwargs):
         args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
         named = [*zip(inspect.getfullargspec(self.fn).args, args_hst), *kwargs_hst.items()]
-        extents = []
-        for name, arg in named:
-            for label, t in _tensors(name, arg):
-                storage = t.untyped_storage()
-                extents.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes(), label))
-        _LAUNCH.update(kernel=self.fn.__name__, extents=extents)
+        storages = [(name, arg.untyped_storage()) for name, arg in named if isinstance(arg, torch.Tensor)]
+        _LAUNCH.update(kernel=self.fn.__name__,
+                       extents=[(s.data_ptr(), s.data_ptr() + s.nbytes(), name) for name, s in storages])
         return args_hst, kwargs_hst
 
     def load_checked(self, ptrs, mask, other, *rest):

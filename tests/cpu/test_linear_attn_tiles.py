@@ -69,15 +69,9 @@ def test_overrides_name_existing_tables_and_keys_and_build_the_same_variants():
 
 def test_replace_tile_reaches_every_architecture_and_feature_key():
     key = ("bf16", 256)
-    saved = {t: (dict(spec.TABLES[t]), dict(spec.ARCH_TILES[90][t])) for t in ("STATE_TILES", "TILES")}
-    try:
-        for table in saved:
-            spec.replace_tile(table, key, (16, 16, 4, 1))
+    for table in ("STATE_TILES", "TILES"):
+        before = dict(spec.TABLES[table]), dict(spec.ARCH_TILES[90][table])
+        with spec.tile_replaced(table, key, (16, 16, 4, 1)):
             for feat in spec.FEATURES:
                 assert spec.tile_of(table, 90, *key, feat) == spec.tile_of(table, None, *key, feat) == (16, 16, 4, 1)
-    finally:
-        for table, (base, arch) in saved.items():
-            spec.TABLES[table].clear()
-            spec.TABLES[table].update(base)
-            spec.ARCH_TILES[90][table].clear()
-            spec.ARCH_TILES[90][table].update(arch)
+        assert (spec.TABLES[table], spec.ARCH_TILES[90][table]) == before, table  # restored

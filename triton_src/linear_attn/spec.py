@@ -31,6 +31,9 @@ Pointers to q, k, v and the gradients, their batch, head and row strides, and D 
 unhinted variant.
 """
 
+import contextlib
+from collections.abc import Iterator
+
 from triton_src.aot.spec import KernelSpec
 from triton_src.linear_attn.kernels import PHI_KINDS
 
@@ -153,14 +156,33 @@ def tile_of(table: str, arch: int | None, dtype: str, block: int, feat: int) -> 
     return tiles.get((dtype, block, feat), tiles[dtype, block])
 
 
+def _tables_named(table: str) -> list[dict]:
+    """`table`'s shared tiles and every architecture's overrides of it."""
+    return [TABLES[table], *(arch[table] for arch in ARCH_TILES.values() if table in arch)]
+
+
 def replace_tile(table: str, key: tuple, tile: tuple) -> None:
     """`tile` for `key`, (dtype, block) or (dtype, block, FEAT), in `table` on every architecture and
     under every feature key it covers (for the tuning tools)."""
     TABLES[table][key] = tile
-    for tiles in (TABLES[table], *(arch[table] for arch in ARCH_TILES.values() if table in arch)):
+    for tiles in _tables_named(table):
         for k in tiles:
             if k[:len(key)] == key:
                 tiles[k] = tile
+
+
+@contextlib.contextmanager
+def tile_replaced(table: str, key: tuple, tile: tuple) -> Iterator[None]:
+    """replace_tile for the duration of the block; the tables are as they were after it."""
+    tables = _tables_named(table)
+    saved = [dict(t) for t in tables]
+    replace_tile(table, key, tile)
+    try:
+        yield
+    finally:
+        for t, old in zip(tables, saved):
+            t.clear()
+            t.update(old)
 
 
 # Triton 3.8 cannot software-pipeline dv's and dk's loop for sm_100 (its pipeliner fails on the
