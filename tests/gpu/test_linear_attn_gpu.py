@@ -237,7 +237,7 @@ def test_states_and_their_gradients(dtype, causal, cosformer):
 def test_streaming_and_decode_match_one_call(dtype, cosformer):
     b, h, hkv, n, d, dv = 2, 8, 2, 2100, 64, 64
     q, k, v = make(b, h, hkv, n, d, dv, dtype)
-    cos, sin = la.cosformer_weights(n, device="cuda") if cosformer else (None, None)
+    cos, sin = weights(n) if cosformer else (None, None)
     full, full_st = la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin, return_state=True)
     state, pieces = None, []
     cuts = [0, 1000, 1001, 1002, 2100]  # a prefill, two decode steps, the rest
@@ -271,7 +271,7 @@ def test_decode_step_is_one_launch(cosformer):
     no copy of the inputs, weights or state around it."""
     b, h, hkv, n, d, dv = 2, 8, 2, 101, 64, 64
     q, k, v = make(b, h, hkv, n, d, dv, torch.bfloat16)
-    cos, sin = la.cosformer_weights(n, device="cuda") if cosformer else (None, None)
+    cos, sin = weights(n) if cosformer else (None, None)
     head = (cos[:-1], sin[:-1]) if cosformer else (None, None)
     _, state = la.fwd(q[:, :, :-1], k[:, :, :-1], v[:, :, :-1], True, "elu+1", 1e-6, *head, return_state=True)
     last = (cos[-1:], sin[-1:]) if cosformer else (None, None)
