@@ -87,8 +87,7 @@ void check_state(const OptTensor& s, const OptTensor& z, const Shape& sh, const 
   for (const Tensor* t : {&*s, &*z}) {
     TORCH_CHECK_TYPE(t->scalar_type() == want, "neuralops.linear_attn: ", t == &*s ? s_name : z_name,
                      " must be ", want, " for ", q.scalar_type(), " inputs, got ", t->scalar_type());
-    TORCH_CHECK_VALUE(t->device() == q.device(), "neuralops.linear_attn: ", t == &*s ? s_name : z_name,
-                      " is on ", t->device(), " but q is on ", q.device());
+    check_same_device(q, *t, "linear_attn", "q", t == &*s ? s_name : z_name);
   }
   std::vector<int64_t> s_shape{sh.b, sh.hkv}, z_shape{sh.b, sh.hkv};
   if (sh.parts == 2) {
@@ -126,8 +125,9 @@ Shape check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
                     " and ", v.size(1));
   TORCH_CHECK_VALUE(sh.d > 0 && sh.dv > 0, "neuralops.linear_attn: head dims must be positive, got D=", sh.d,
                     " and Dv=", sh.dv);
-  TORCH_CHECK_VALUE(sh.hkv > 0 && sh.h % sh.hkv == 0, "neuralops.linear_attn: q's heads (", sh.h,
-                    ") must be a multiple of k's and v's (", sh.hkv, ")");
+  // H = 0 is refused, not returned empty: the CPU path divides by the group size H / Hkv.
+  TORCH_CHECK_VALUE(sh.h > 0 && sh.hkv > 0 && sh.h % sh.hkv == 0, "neuralops.linear_attn: q's heads (", sh.h,
+                    ") must be a positive multiple of k's and v's (", sh.hkv, ")");
   TORCH_CHECK_VALUE(cos.has_value() == sin.has_value(),
                     "neuralops.linear_attn: cos_weight and sin_weight go together: pass both or neither");
   if (cos.has_value()) {
@@ -139,8 +139,7 @@ Shape check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
                       (w->dim() == 2 && w->size(1) == sh.n && (w->size(0) == sh.b || w->size(0) == 1));
       TORCH_CHECK_VALUE(ok, "neuralops.linear_attn: ", name, " must have shape [N] or [B, N] = [", sh.n, "] or [", sh.b,
                         ", ", sh.n, "], got ", w->sizes());
-      TORCH_CHECK_VALUE(w->device() == q.device(), "neuralops.linear_attn: ", name, " is on ", w->device(),
-                        " but q is on ", q.device());
+      check_same_device(q, *w, "linear_attn", "q", name);
     }
   }
   return sh;

@@ -136,6 +136,10 @@ def test_bad_inputs_get_clear_errors(library_loaded, route, monkeypatch):
         gqa.fwd(k[:, :1], v, 1, 4)
     with pytest.raises(ValueError, match="must be positive"):
         gqa.fwd(k, v, 0, 4)
+    with pytest.raises(TypeError, match="num_kv_heads must be an int, got float"):
+        gqa.fwd(k, v, 2.0, 4)
+    with pytest.raises(TypeError, match="num_heads must be an int, got bool"):
+        gqa.bwd(k, v, 1, True)
     with pytest.raises(ValueError, match="grad_k has 2 heads in dim 1 but num_heads is 4"):
         gqa.bwd(k, v, 2, 4)
     with pytest.raises(TypeError, match="unexpected keyword arguments"):

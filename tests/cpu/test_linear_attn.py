@@ -285,6 +285,10 @@ def test_cosformer_weights():
     torch.testing.assert_close(full, torch.cos(math.pi * torch.arange(4.0) / 8))
     with pytest.raises(ValueError, match="max_len"):
         la.cosformer_weights(5, 3)
+    with pytest.raises(TypeError, match="seq_len must be an int, got float"):
+        la.cosformer_weights(4.5)
+    with pytest.raises(TypeError, match="max_len must be an int, got float"):
+        la.cosformer_weights(4, 8.0)
 
 
 def test_empty_sequence(library_loaded):
@@ -324,8 +328,11 @@ def test_bad_inputs_get_clear_errors(library_loaded, call, monkeypatch):
 
     with pytest.raises(ValueError, match=r"q must be 4-D \[B, H, N, D\]"):
         run(q=q[0])
-    with pytest.raises(ValueError, match=r"must be a multiple of k's and v's \(3\)"):
+    with pytest.raises(ValueError, match=r"must be a positive multiple of k's and v's \(3\)"):
         run(k=torch.randn(1, 3, 6, 8), v=torch.randn(1, 3, 6, 5))
+    # The op's CPU path divided by the group size H / Hkv: the process died of SIGFPE.
+    with pytest.raises(ValueError, match=r"q's heads \(0\) must be a positive multiple of k's and v's \(2\)"):
+        run(q=torch.randn(1, 0, 6, 8))
     with pytest.raises(ValueError, match="k must have q's head dim 8, got 7"):
         run(k=torch.randn(1, 2, 6, 7))
     with pytest.raises(ValueError, match=r"q, k and v must have one batch size, got 1, 2 and 2"):
@@ -348,6 +355,48 @@ def test_bad_inputs_get_clear_errors(library_loaded, call, monkeypatch):
         run(s0=torch.zeros(1, 2, 8, 4), z0=torch.zeros(1, 2, 8))
 
 
+@pytest.mark.parametrize("call", ["api", "op"])
+def test_bad_grad_out_gets_clear_errors(library_loaded, call):
+    q, k, v = make(1, 4, 2, 6, 8, 5)
+
+    def run(grad_out):
+        if call == "api":
+            return la.bwd(q, k, v, grad_out, True)
+        return torch.ops.neuralops.linear_attn_bwd(grad_out, q, k, v, None, None, None, None, None, None, "elu+1",
+                                                   True, 1e-6, 1.0, False)
+
+    with pytest.raises(ValueError, match=r"grad_out must have the output's shape \[B, H, N, Dv\] = \[1, 4, 6, 5\], "
+                                         r"got \[1, 4, 6, 8\]"):
+        run(torch.randn(1, 4, 6, 8))
+    with pytest.raises(TypeError, match="grad_out must be"):
+        run(torch.randn(1, 4, 6, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="q is on cpu but grad_out is on meta"):
+        run(torch.randn(1, 4, 6, 5, device="meta"))
+    if call == "api":
+        with pytest.raises(TypeError, match="grad_out must be a torch.Tensor, got NoneType"):
+            run(None)
+
+
+# One tensor on "meta" sends the whole call to the fake implementation, which returned uninitialized
+# memory on q's device where it did not check that tensor's device.
+@pytest.mark.parametrize("arg", ["cos_weight", "initial_S", "grad_out", "grad_S", "fwd_states"])
+def test_op_names_an_argument_on_another_device(library_loaded, arg):
+    q, k, v = make(1, 2, 2, 6, 4, 4)
+    cos, sin = weights(6)
+    s0, z0 = torch.zeros(1, 2, 2, 4, 4), torch.zeros(1, 2, 2, 4)
+    args = dict(grad_out=torch.randn(1, 2, 6, 4), cos_weight=cos, initial_S=s0, initial_z=z0, grad_S=s0,
+                grad_z=z0, fwd_states=torch.zeros(0))
+    args[arg] = args[arg].to("meta")
+    a = args
+    with pytest.raises(ValueError, match=f"q is on cpu but {arg.replace('initial_S', 'initial_(state.)?S')} is on meta"):
+        if arg in ("cos_weight", "initial_S"):
+            torch.ops.neuralops.linear_attn_fwd(q, k, v, a["cos_weight"], sin, a["initial_S"], z0, "elu+1", True,
+                                                1e-6, 1.0, False)
+        else:
+            torch.ops.neuralops.linear_attn_bwd(a["grad_out"], q, k, v, cos, sin, s0, z0, a["grad_S"], z0, "elu+1",
+                                                True, 1e-6, 1.0, True, a["fwd_states"])
+
+
 def test_api_names_the_argument_that_is_not_a_tensor_or_on_another_device():
     q, k, v = make(1, 2, 2, 3, 4, 4)
     with pytest.raises(TypeError, match="k must be a torch.Tensor, got list"):
@@ -364,3 +413,6 @@ def test_api_rejects_unknown_keywords_and_bad_state():
         la.fwd(q, k, v, initial_state=torch.zeros(1))
     with pytest.raises(TypeError, match="scale must be a Python number"):
         la.fwd(q, k, v, scale=torch.tensor(1.0))
+    for call in (la.fwd, la.linear_attn_pytorch_fallback):
+        with pytest.raises(TypeError, match="eps must be a Python number, got str"):
+            call(q, k, v, True, "elu+1", "1e-6")

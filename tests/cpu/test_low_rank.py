@@ -209,6 +209,10 @@ def test_api_keeps_hidden_only_when_grad_is_needed(library_loaded, monkeypatch):
      r"grad_out must have shape \[..., out_features\] = \[2, 3, 6\]"),
     (lambda x, U, V, b: op.low_rank_bwd(x, U, V, x[..., :6], x, False), ValueError,
      r"hidden must have shape \[..., rank\] = \[2, 3, 4\]"),
+    # A tensor on "meta" sends the call to the fake implementation, which returned uninitialized memory
+    # where it did not check hidden.
+    (lambda x, U, V, b: op.low_rank_bwd(x, U, V, x[..., :6], x[..., :4].to("meta"), False), ValueError,
+     "x is on cpu but hidden is on meta"),
 ])
 def test_bad_inputs_get_clear_errors(library_loaded, call, error, match):
     x, U, V, b = make((2, 3), 8, 4, 6)

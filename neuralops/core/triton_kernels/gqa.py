@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from neuralops import _library
+from neuralops.core.arguments import check_int
 from neuralops.core.suitability import KERNEL_DTYPES, kernels_ready, register_op_limits, sizes_fit_int32
 
 register_op_limits("gqa", lambda **_: None)
@@ -32,6 +33,8 @@ def _check_kwargs(kwargs: dict[str, Any], fn: str) -> None:
 
 
 def _check_heads(num_kv_heads: int, num_heads: int) -> None:
+    check_int(num_kv_heads, "num_kv_heads", "gqa")
+    check_int(num_heads, "num_heads", "gqa")
     if num_kv_heads <= 0 or num_heads <= 0:
         raise ValueError(f"neuralops.gqa: num_kv_heads and num_heads must be positive, got "
                          f"num_kv_heads={num_kv_heads} and num_heads={num_heads}")

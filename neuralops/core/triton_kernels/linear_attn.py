@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 import torch
 
 from neuralops import _library
+from neuralops.core.arguments import check_int
 from neuralops.core.suitability import kernels_ready, register_op_limits
 
 PHIS = ("elu+1", "relu", "identity", "softmax_free")
@@ -88,6 +89,10 @@ def cosformer_weights(
     """Cosformer's position weights ``(cos(pi i / (2 M)), sin(pi i / (2 M)))``, each ``[seq_len]``, for
     positions ``i = start .. start + seq_len - 1``; ``M = max_len``, by default ``start + seq_len``.
     When streaming, pass the same ``max_len`` for every piece and ``start`` = the piece's offset."""
+    check_int(seq_len, "seq_len", "linear_attn")
+    check_int(start, "start", "linear_attn")
+    if max_len is not None:
+        check_int(max_len, "max_len", "linear_attn")
     if seq_len < 0 or start < 0:
         raise ValueError(f"neuralops.linear_attn: seq_len and start must be >= 0, got {seq_len} and {start}")
     m = start + seq_len if max_len is None else max_len
@@ -103,9 +108,7 @@ def _options(kwargs: dict[str, Any], fn: str) -> tuple[float, LinearAttnState | 
     if unknown:
         raise TypeError(f"neuralops.linear_attn.{fn}() got unexpected keyword arguments {unknown}; "
                         "the extras are scale, initial_state and return_state")
-    scale = kwargs.get("scale", 1.0)
-    if isinstance(scale, torch.Tensor) or not isinstance(scale, (int, float)):
-        raise TypeError(f"neuralops.linear_attn: scale must be a Python number, got {type(scale).__name__}")
+    scale = _number(kwargs.get("scale", 1.0), "scale")
     state = kwargs.get("initial_state")
     if state is not None:
         if not (isinstance(state, (tuple, list)) and len(state) == 2
@@ -113,7 +116,13 @@ def _options(kwargs: dict[str, Any], fn: str) -> tuple[float, LinearAttnState | 
             raise TypeError("neuralops.linear_attn: initial_state must be a LinearAttnState or an (S, z) pair "
                             "of tensors")
         state = LinearAttnState(*state)
-    return float(scale), state, bool(kwargs.get("return_state", False))
+    return scale, state, bool(kwargs.get("return_state", False))
+
+
+def _number(x: Any, name: str) -> float:
+    if not isinstance(x, (int, float)):
+        raise TypeError(f"neuralops.linear_attn: {name} must be a Python number, got {type(x).__name__}")
+    return float(x)
 
 
 def _phi_kind(phi: str) -> tuple[str, bool]:
@@ -141,11 +150,8 @@ def _check_inputs(q: Any, k: Any, v: Any, cos: Any, sin: Any, state: LinearAttnS
     if not q.dtype.is_floating_point or k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"neuralops.linear_attn: q, k and v must have one floating dtype, got {q.dtype}, "
                         f"{k.dtype} and {v.dtype}")
-    # The messages are the C++ op's (csrc/ops/linear_attn.cpp check_inputs): one error whichever
-    # layer catches it.
-    for name, t in (("k", k), ("v", v)):
-        if t.device != q.device:
-            raise ValueError(f"neuralops.linear_attn: q is on {q.device} but {name} is on {t.device}")
+    _check_device(q, k, "k")
+    _check_device(q, v, "v")
     b, h, n, d = q.shape
     if k.shape[0] != b or v.shape[0] != b:
         raise ValueError(f"neuralops.linear_attn: q, k and v must have one batch size, got {b}, {k.shape[0]} "
@@ -159,8 +165,9 @@ def _check_inputs(q: Any, k: Any, v: Any, cos: Any, sin: Any, state: LinearAttnS
         raise ValueError(f"neuralops.linear_attn: k and v must have one number of heads, got {k.shape[1]} and {v.shape[1]}")
     if d == 0 or v.shape[3] == 0:
         raise ValueError(f"neuralops.linear_attn: head dims must be positive, got D={d} and Dv={v.shape[3]}")
-    if k.shape[1] == 0 or h % k.shape[1] != 0:
-        raise ValueError(f"neuralops.linear_attn: q's heads ({h}) must be a multiple of k's and v's ({k.shape[1]})")
+    if h == 0 or k.shape[1] == 0 or h % k.shape[1] != 0:
+        raise ValueError(f"neuralops.linear_attn: q's heads ({h}) must be a positive multiple of k's and v's "
+                         f"({k.shape[1]})")
     if (cos is None) != (sin is None):
         raise ValueError("neuralops.linear_attn: cos_weight and sin_weight go together: pass both or neither")
     for name, w in (("cos_weight", cos), ("sin_weight", sin)):
@@ -171,17 +178,43 @@ def _check_inputs(q: Any, k: Any, v: Any, cos: Any, sin: Any, state: LinearAttnS
         if not ((w.dim() == 1 and w.shape[0] == n) or (w.dim() == 2 and w.shape[1] == n and w.shape[0] in (1, b))):
             raise ValueError(f"neuralops.linear_attn: {name} must have shape [N] or [B, N] = [{n}] or [{b}, {n}], "
                              f"got {tuple(w.shape)}")
+        _check_device(q, w, name)
     if cos is not None and cos.shape != sin.shape:
         raise ValueError(f"neuralops.linear_attn: cos_weight and sin_weight must have one shape, got "
                          f"{tuple(cos.shape)} and {tuple(sin.shape)}")
     if state is not None:
-        s_shape, z_shape = _state_shapes(q, k, v, cos is not None)
-        layout = "[B, Hkv, 2, D, Dv] and [B, Hkv, 2, D] under Cosformer" if cos is not None else "[B, Hkv, D, Dv] and [B, Hkv, D]"
-        for name, t, shape in (("S", state.S, s_shape), ("z", state.z, z_shape)):
-            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
-                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"neuralops.linear_attn: initial_state.{name} must have shape {shape} ({layout}), "
-                                 f"got {got}")
+        _check_state(q, k, v, cos is not None, state, ("initial_state.S", "initial_state.z"))
+
+
+def _check_state(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cosformer: bool, state: LinearAttnState,
+                 names: tuple[str, str]) -> None:
+    s_shape, z_shape = _state_shapes(q, k, v, cosformer)
+    layout = "[B, Hkv, 2, D, Dv] and [B, Hkv, 2, D] under Cosformer" if cosformer else "[B, Hkv, D, Dv] and [B, Hkv, D]"
+    for name, t, shape in zip(names, state, (s_shape, z_shape)):
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"neuralops.linear_attn: {name} must have shape {shape} ({layout}), got {got}")
+        _check_device(q, t, name)
+
+
+def _check_device(q: torch.Tensor, t: torch.Tensor, name: str) -> None:
+    # The C++ op's message (check_same_device): one error whichever layer catches it. The fake
+    # implementations need the check as much as the fallback: a call with any one tensor on "meta"
+    # dispatches to them, and they would return uninitialized memory on q's device.
+    if t.device != q.device:
+        raise ValueError(f"neuralops.linear_attn: q is on {q.device} but {name} is on {t.device}")
+
+
+def _check_grad_out(q: torch.Tensor, v: torch.Tensor, grad_out: Any) -> None:
+    if not isinstance(grad_out, torch.Tensor):
+        raise TypeError(f"neuralops.linear_attn: grad_out must be a torch.Tensor, got {type(grad_out).__name__}")
+    shape = [q.shape[0], q.shape[1], q.shape[2], v.shape[3]]
+    if list(grad_out.shape) != shape:
+        raise ValueError(f"neuralops.linear_attn: grad_out must have the output's shape [B, H, N, Dv] = {shape}, "
+                         f"got {list(grad_out.shape)}")
+    if grad_out.dtype != q.dtype:
+        raise TypeError(f"neuralops.linear_attn: grad_out must be {q.dtype} like q, got {grad_out.dtype}")
+    _check_device(q, grad_out, "grad_out")
 
 
 def _weights(cos: torch.Tensor | None, sin: torch.Tensor | None, dtype: torch.dtype):
@@ -217,6 +250,7 @@ def linear_attn_pytorch_fallback(
     Causal mode walks the sequence in chunks of 64 rows: within a chunk the masked (qf kf^T) v, before
     it the running state S, z. Computes in fp32 (fp64 for fp64 inputs)."""
     scale, state, return_state = _options(kwargs, "linear_attn_pytorch_fallback")
+    eps = _number(eps, "eps")
     kind, normalize = _phi_kind(phi)
     _check_inputs(q, k, v, cos_weight, sin_weight, state)
     b, h, n, d = q.shape
@@ -314,8 +348,8 @@ def fwd(
     if not ready:
         return linear_attn_pytorch_fallback(q, k, v, is_causal, phi, eps, cos_weight, sin_weight, **kwargs)
     s0, z0 = _state_args(q, state)
-    out, s, z = _FWD.entry(ready)(q, k, v, cos_weight, sin_weight, s0, z0, phi, bool(is_causal), float(eps), scale,
-                                  return_state)
+    out, s, z = _FWD.entry(ready)(q, k, v, cos_weight, sin_weight, s0, z0, phi, bool(is_causal), _number(eps, "eps"),
+                                  scale, return_state)
     return (out, LinearAttnState(s, z)) if return_state else out
 
 
@@ -337,9 +371,11 @@ def bwd(
     if ready:
         s0, z0 = _state_args(q, state)
         dq, dk, dv, _, _ = _BWD.entry(ready)(
-            grad_out, q, k, v, cos_weight, sin_weight, s0, z0, None, None, phi, bool(is_causal), float(eps), scale,
-            False, None)
+            grad_out, q, k, v, cos_weight, sin_weight, s0, z0, None, None, phi, bool(is_causal), _number(eps, "eps"),
+            scale, False, None)
         return dq, dk, dv
+    _check_inputs(q, k, v, cos_weight, sin_weight, state)
+    _check_grad_out(q, v, grad_out)
     q_req, k_req, v_req = (t.detach().requires_grad_(True) for t in (q, k, v))
     extras = {key: val for key, val in kwargs.items() if key != "return_state"}
     with torch.enable_grad():
@@ -356,8 +392,13 @@ _BWD = _library.op("linear_attn_bwd") if _library.LOADED else None
 def _register() -> None:
     # Autograd is registered in C++ (csrc/ops/linear_attn_autograd.cpp): shared with C++ callers, no
     # Python per call.
+    def op_state(s, z, names):
+        if (s is None) != (z is None):
+            raise ValueError(f"neuralops.linear_attn: {names[0]} and {names[1]} go together: pass both or neither")
+        return None if s is None else LinearAttnState(s, z)
+
     def fake_fwd(q, k, v, cos, sin, s0, z0, phi, causal, eps, scale, return_state):
-        state = None if s0 is None else LinearAttnState(s0, z0)
+        state = op_state(s0, z0, ("initial_S", "initial_z"))
         _phi_kind(phi)
         _check_inputs(q, k, v, cos, sin, state)
         s_shape, z_shape = _state_shapes(q, k, v, cos is not None)
@@ -379,9 +420,15 @@ def _register() -> None:
 
     def fake_bwd(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi, causal, eps, scale, state_grad,
                  fwd_states=None):
-        state = None if s0 is None else LinearAttnState(s0, z0)
+        state = op_state(s0, z0, ("initial_S", "initial_z"))
+        grad_state = op_state(grad_s, grad_z, ("grad_S", "grad_z"))
         _phi_kind(phi)
         _check_inputs(q, k, v, cos, sin, state)
+        _check_grad_out(q, v, grad_out)
+        if grad_state is not None:
+            _check_state(q, k, v, cos is not None, grad_state, ("grad_S", "grad_z"))
+        if fwd_states is not None:
+            _check_device(q, fwd_states, "fwd_states")
         s_shape, z_shape = _state_shapes(q, k, v, cos is not None)
         dt = _state_dtype(q)
         grads = (torch.empty_like(q, memory_format=torch.contiguous_format),

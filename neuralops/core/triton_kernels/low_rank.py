@@ -101,17 +101,18 @@ def _check_inputs(x: torch.Tensor, U: torch.Tensor, V: torch.Tensor, bias: torch
             raise ValueError(f"neuralops.low_rank: x is on {x.device} but {name} is on {t.device}")
 
 
-def _check_grad_out(x: torch.Tensor, U: torch.Tensor, grad_out: torch.Tensor) -> None:
-    if not isinstance(grad_out, torch.Tensor):
-        raise TypeError(f"neuralops.low_rank: grad_out must be a torch.Tensor, got {type(grad_out).__name__}")
-    expected = tuple(x.shape[:-1]) + (U.shape[0],)
-    if tuple(grad_out.shape) != expected:
-        raise ValueError(f"neuralops.low_rank: grad_out must have shape [..., out_features] = {expected} "
-                         f"(x's leading dims), got shape {tuple(grad_out.shape)}")
-    if grad_out.dtype != x.dtype:
-        raise TypeError(f"neuralops.low_rank: grad_out has dtype {grad_out.dtype} but x has dtype {x.dtype}")
-    if grad_out.device != x.device:
-        raise ValueError(f"neuralops.low_rank: x is on {x.device} but grad_out is on {grad_out.device}")
+def _check_like_rows(x: torch.Tensor, t: Any, last: int, name: str, last_name: str) -> None:
+    """t must be [..., last] with x's leading dims, dtype and device (grad_out, the op's hidden)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"neuralops.low_rank: {name} must be a torch.Tensor, got {type(t).__name__}")
+    expected = tuple(x.shape[:-1]) + (last,)
+    if tuple(t.shape) != expected:
+        raise ValueError(f"neuralops.low_rank: {name} must have shape [..., {last_name}] = {expected} "
+                         f"(x's leading dims), got shape {tuple(t.shape)}")
+    if t.dtype != x.dtype:
+        raise TypeError(f"neuralops.low_rank: {name} has dtype {t.dtype} but x has dtype {x.dtype}")
+    if t.device != x.device:
+        raise ValueError(f"neuralops.low_rank: x is on {x.device} but {name} is on {t.device}")
 
 
 def low_rank_pytorch_fallback(
@@ -210,7 +211,7 @@ def bwd(
     """
     backend = _parse_kwargs(kwargs, "bwd")
     _check_inputs(x, U, V, bias)
-    _check_grad_out(x, U, grad_out)
+    _check_like_rows(x, grad_out, U.shape[0], "grad_out", "out_features")
     ready = _on_kernels(x, U, V, bias)  # after the checks above: is_supported's answer
     if not ready:
         return low_rank_bwd_pytorch_fallback(x, U, V, grad_out, bias)
@@ -236,7 +237,9 @@ def _register() -> None:
     def fake_bwd(x, U, V, grad_out, hidden=None, bias_grad=False, *, backend="auto"):
         _parse_kwargs({"backend": backend}, "bwd")
         _check_inputs(x, U, V, None)
-        _check_grad_out(x, U, grad_out)
+        _check_like_rows(x, grad_out, U.shape[0], "grad_out", "out_features")
+        if hidden is not None:
+            _check_like_rows(x, hidden, V.shape[0], "hidden", "rank")
         dbias = x.new_empty((U.shape[0],)) if bias_grad else None
         return x.new_empty(x.shape), U.new_empty(U.shape), V.new_empty(V.shape), dbias
 
