@@ -41,10 +41,12 @@
 #include <optional>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "linear_attn_kernels.h"
 #include "ops/launch_utils.h"
+#include "ops/linear_attn_aten.h"
 
 namespace neuralops::ops {
 namespace {
@@ -243,6 +245,8 @@ FwdResult fwd_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const OptTe
   return {result, user_state_view(s, sh, false), user_state_view(z, sh, true)};
 }
 
+// Differentiable by autograd (linear_attn_bwd_aten: double backward): every chunk's result is a new
+// tensor, joined once at the end; no buffer is written in place after a view of it was read.
 BwdResult bwd_cpu(
     const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
     const OptTensor& s0, const OptTensor& z0, const OptTensor& ds_fin, const OptTensor& dz_fin, const Shape& sh, Phi phi,
@@ -259,55 +263,50 @@ BwdResult bwd_cpu(
   Tensor z = z0 ? z0->to(dt).reshape({sh.b, sh.hkv, 1, f}) : at::zeros({sh.b, sh.hkv, 1, f}, qf.options());
   Tensor rs = ds_fin ? ds_fin->to(dt).reshape({sh.b, sh.hkv, f, sh.dv}) : at::zeros({sh.b, sh.hkv, f, sh.dv}, qf.options());
   Tensor rho = dz_fin ? dz_fin->to(dt).reshape({sh.b, sh.hkv, f}) : at::zeros({sh.b, sh.hkv, f}, qf.options());
-  Tensor g = at::empty_like(go), rr = at::zeros({sh.b, sh.hkv, r, sh.n}, qf.options());
-  Tensor dqf = at::empty_like(qf), dkf = at::empty_like(kf), dv = at::empty_like(vv);
+  Tensor dqf, dkf, dv;
   // Rows' g = dout / den and r = -(dout . out) / den (g = dout, r = 0 unnormalized).
-  auto row_grads = [&](const Tensor& num, const Tensor& den, int64_t c0, int64_t len) {
-    const Tensor gc = go.narrow(3, c0, len);
-    if (phi.normalize) {
-      const Tensor out = num / den.unsqueeze(-1);
-      g.narrow(3, c0, len).copy_(gc / den.unsqueeze(-1));
-      rr.narrow(3, c0, len).copy_(-(gc * out).sum(-1) / den);
-    } else {
-      g.narrow(3, c0, len).copy_(gc);
-    }
+  auto row_grads = [&](const Tensor& num, const Tensor& den, const Tensor& gc) -> std::pair<Tensor, Tensor> {
+    if (!phi.normalize) return {gc, at::zeros(gc.sizes().slice(0, 4), gc.options())};
+    return {gc / den.unsqueeze(-1), -(gc * (num / den.unsqueeze(-1))).sum(-1) / den};
   };
   if (causal) {
-    for (int64_t c0 = 0; c0 < sh.n; c0 += kCpuChunk) {  // forward order: dq
-      const int64_t len = std::min(kCpuChunk, sh.n - c0);
+    const int64_t chunks = ceil_div(sh.n, kCpuChunk);
+    std::vector<Tensor> g(chunks), rr(chunks), dq_parts(chunks), dk_parts(chunks), dv_parts(chunks);
+    for (int64_t c = 0; c < chunks; ++c) {  // forward order: dq
+      const int64_t c0 = c * kCpuChunk, len = std::min(kCpuChunk, sh.n - c0);
       const Tensor qc = qf.narrow(3, c0, len), kc = kf.narrow(3, c0, len), vc = vv.narrow(3, c0, len);
       const Tensor a = qc.matmul(kc.transpose(-1, -2)).tril();
       const Tensor num = a.matmul(vc) + qc.matmul(s);
-      row_grads(num, a.sum(-1) + (qc * z.unsqueeze(3)).sum(-1) + eps, c0, len);
-      const Tensor gc = g.narrow(3, c0, len), rc = rr.narrow(3, c0, len);
-      const Tensor ds = (gc.matmul(vc.transpose(-1, -2)) + rc.unsqueeze(-1)).tril();
-      dqf.narrow(3, c0, len).copy_(ds.matmul(kc) + gc.matmul(s.transpose(-1, -2)) + rc.unsqueeze(-1) * z.unsqueeze(3));
+      std::tie(g[c], rr[c]) = row_grads(num, a.sum(-1) + (qc * z.unsqueeze(3)).sum(-1) + eps, go.narrow(3, c0, len));
+      const Tensor ds = (g[c].matmul(vc.transpose(-1, -2)) + rr[c].unsqueeze(-1)).tril();
+      dq_parts[c] = ds.matmul(kc) + g[c].matmul(s.transpose(-1, -2)) + rr[c].unsqueeze(-1) * z.unsqueeze(3);
       s = s + kc.transpose(-1, -2).matmul(vc);
       z = z + kc.sum(3);
     }
-    const int64_t last = (sh.n - 1) / kCpuChunk * kCpuChunk;
-    for (int64_t c0 = last; c0 >= 0 && sh.n > 0; c0 -= kCpuChunk) {  // reverse order: dk, dv
-      const int64_t len = std::min(kCpuChunk, sh.n - c0);
+    for (int64_t c = chunks - 1; c >= 0; --c) {  // reverse order: dk, dv
+      const int64_t c0 = c * kCpuChunk, len = std::min(kCpuChunk, sh.n - c0);
       const Tensor qc = qf.narrow(3, c0, len), kc = kf.narrow(3, c0, len), vc = vv.narrow(3, c0, len);
-      const Tensor gc = g.narrow(3, c0, len), rc = rr.narrow(3, c0, len);
       const Tensor at_ = kc.matmul(qc.transpose(-1, -2)).triu();               // [.., j, i]
-      const Tensor dst = (vc.matmul(gc.transpose(-1, -2)) + rc.unsqueeze(-2)).triu();
+      const Tensor dst = (vc.matmul(g[c].transpose(-1, -2)) + rr[c].unsqueeze(-2)).triu();
       const Tensor rs5 = rs.unsqueeze(2), rho5 = rho.unsqueeze(2);
-      dv.narrow(3, c0, len).copy_(at_.matmul(gc).sum(2, true) + kc.matmul(rs5));
-      dkf.narrow(3, c0, len).copy_(dst.matmul(qc).sum(2, true) + vc.matmul(rs5.transpose(-1, -2)) + rho5.unsqueeze(3));
-      rs = rs + qc.transpose(-1, -2).matmul(gc).sum(2);
-      rho = rho + (qc * rc.unsqueeze(-1)).sum({2, 3});
+      dv_parts[c] = at_.matmul(g[c]).sum(2, true) + kc.matmul(rs5);
+      dk_parts[c] = dst.matmul(qc).sum(2, true) + vc.matmul(rs5.transpose(-1, -2)) + rho5.unsqueeze(3);
+      rs = rs + qc.transpose(-1, -2).matmul(g[c]).sum(2);
+      rho = rho + (qc * rr[c].unsqueeze(-1)).sum({2, 3});
     }
+    // N = 0: no chunks; the empty slices keep the shapes.
+    dqf = chunks ? at::cat(dq_parts, 3) : qf;
+    dkf = chunks ? at::cat(dk_parts, 3) : kf;
+    dv = chunks ? at::cat(dv_parts, 3) : vv;
   } else {
     s = s + kf.transpose(-1, -2).matmul(vv);
     z = z + kf.sum(3);
-    const Tensor num = qf.matmul(s);
-    row_grads(num, (qf * z.unsqueeze(3)).sum(-1) + eps, 0, sh.n);
-    dqf.copy_(g.matmul(s.transpose(-1, -2)) + rr.unsqueeze(-1) * z.unsqueeze(3));
+    const auto [g, rr] = row_grads(qf.matmul(s), (qf * z.unsqueeze(3)).sum(-1) + eps, go);
+    dqf = g.matmul(s.transpose(-1, -2)) + rr.unsqueeze(-1) * z.unsqueeze(3);
     rs = rs + qf.transpose(-1, -2).matmul(g).sum(2);
     rho = rho + (qf * rr.unsqueeze(-1)).sum({2, 3});
-    dv.copy_(kf.matmul(rs.unsqueeze(2)));
-    dkf.copy_(vv.matmul(rs.unsqueeze(2).transpose(-1, -2)) + rho.unsqueeze(2).unsqueeze(3));
+    dv = kf.matmul(rs.unsqueeze(2));
+    dkf = vv.matmul(rs.unsqueeze(2).transpose(-1, -2)) + rho.unsqueeze(2).unsqueeze(3);
   }
   Tensor dq = feature_grad(dqf, q32, phi.kind, scale, w).to(q.scalar_type());
   Tensor dk = feature_grad(dkf, k32, phi.kind, 1.0, w).to(k.scalar_type());
@@ -978,10 +977,10 @@ std::vector<int64_t> linear_attn_states_shape(int64_t batch, int64_t heads, int6
   return saved_states_shape(plan_layout(sh, ph, causal, dtype, static_cast<int>(device)));
 }
 
-BwdResult linear_attn_bwd(
-    const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
-    const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, const OptTensor& grad_s, const OptTensor& grad_z,
-    c10::string_view phi, bool causal, double eps, double scale, bool state_grad, const OptTensor& fwd_states) {
+// The checks linear_attn_bwd and linear_attn_bwd_aten share.
+std::pair<Phi, Shape> check_bwd(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const OptTensor& cos, const OptTensor& sin, const OptTensor& s0, const OptTensor& z0,
+                                const OptTensor& grad_s, const OptTensor& grad_z, c10::string_view phi) {
   const Phi ph = parse_phi(std::string_view(phi.data(), phi.size()));
   const Shape sh = check_inputs(q, k, v, cos, sin);
   check_state(s0, z0, sh, q, "initial_S", "initial_z");
@@ -992,6 +991,14 @@ BwdResult linear_attn_bwd(
   TORCH_CHECK_TYPE(grad_out.scalar_type() == q.scalar_type(), "neuralops.linear_attn: grad_out must be ",
                    q.scalar_type(), " like q, got ", grad_out.scalar_type());
   check_same_device(q, grad_out, "linear_attn", "q", "grad_out");
+  return {ph, sh};
+}
+
+BwdResult linear_attn_bwd(
+    const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
+    const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, const OptTensor& grad_s, const OptTensor& grad_z,
+    c10::string_view phi, bool causal, double eps, double scale, bool state_grad, const OptTensor& fwd_states) {
+  const auto [ph, sh] = check_bwd(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi);
   if (q.is_cuda()) {
     return bwd_cuda(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, fwd_states, sh, ph, causal, eps, scale,
                     state_grad);
@@ -1001,6 +1008,15 @@ BwdResult linear_attn_bwd(
 }
 
 }  // namespace
+
+std::tuple<Tensor, Tensor, Tensor, OptTensor, OptTensor> linear_attn_bwd_aten(
+    const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos,
+    const OptTensor& sin, const OptTensor& s0, const OptTensor& z0, const OptTensor& grad_s, const OptTensor& grad_z,
+    c10::string_view phi, bool causal, double eps, double scale, bool state_grad) {
+  const auto [ph, sh] = check_bwd(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi);
+  return bwd_cpu(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, sh, ph, causal, eps, scale, state_grad);
+}
+
 }  // namespace neuralops::ops
 
 TORCH_LIBRARY_FRAGMENT(neuralops, m) {

@@ -36,11 +36,12 @@ struct Result {
   at::Tensor S, z;  // the final state when return_state, else undefined
 };
 
-// Differentiable: libtorch autograd records it when q, k, v or the initial state require grad.
+// Differentiable: libtorch autograd records it when q, k, v or the initial state require grad,
+// twice too (create_graph: the second derivative runs the backward on ATen ops).
 NEURALOPS_API Result fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const Options& options = {});
 
-// (dq, dk, dv) of fwd's output for grad_out.
+// (dq, dk, dv) of fwd's output for grad_out; differentiable like fwd.
 NEURALOPS_API std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd(const at::Tensor& q,
                                                                  const at::Tensor& k,
                                                                  const at::Tensor& v,

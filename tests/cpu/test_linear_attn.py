@@ -2,6 +2,7 @@
 the registered ops (their ATen path), autograd, fake tensors, torch.compile and errors."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -194,6 +195,56 @@ def test_gradcheck_op(library_loaded, phi):
     assert torch.autograd.gradcheck(f, [t.requires_grad_() for t in (q, k, v, s0, z0)])
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("cosformer", [False, True])
+@pytest.mark.parametrize("state", [False, True])
+def test_double_backward_matches_the_fallback(library_loaded, causal, cosformer, state):
+    """A gradient penalty through the op (create_graph=True): the backward's own backward. Before it
+    had one, PyTorch warned that the kernels' results would be differentiated silently wrong."""
+    q, k, v = make(1, 4, 2, 70, 5, 3, torch.float64, seed=3)  # two chunks, GQA
+    cos, sin = weights(70) if cosformer else (None, None)
+    parts = (2,) if cosformer else ()
+    g = torch.Generator().manual_seed(4)
+    s0 = torch.randn(1, 2, *parts, 5, 3, generator=g, dtype=torch.float64) if state else None
+    z0 = torch.rand(1, 2, *parts, 5, generator=g, dtype=torch.float64) + 1 if state else None
+    leaves = [q, k, v] + ([s0, z0] if state else [])
+
+    def penalty_grads(attention):
+        args = [t.detach().requires_grad_() for t in leaves]
+        out = attention(*args)
+        grads = torch.autograd.grad((out ** 2).sum(), args, create_graph=True)
+        return torch.autograd.grad(sum((g ** 2).sum() for g in grads), args)
+
+    def op(q, k, v, s0=None, z0=None):
+        return torch.ops.neuralops.linear_attn_fwd(q, k, v, cos, sin, s0, z0, "elu+1", causal, 1e-6, 0.7, False)[0]
+
+    def fallback(q, k, v, *state):
+        return la.linear_attn_pytorch_fallback(q, k, v, causal, "elu+1", 1e-6, cos, sin, scale=0.7,
+                                               initial_state=state or None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = penalty_grads(op)
+    for a, b in zip(got, penalty_grads(fallback)):
+        assert rel(a, b) < 1e-12
+
+
+@pytest.mark.parametrize("n", [70, 9])  # two chunks of the ATen path; at 9 a third derivative too
+def test_bwd_op_is_differentiable(library_loaded, n):
+    q, k, v = make(1, 2, 1, n, 3, 2, torch.float64)
+    grad_out = torch.randn(1, 2, n, 2, dtype=torch.float64)
+    s0, z0 = torch.rand(1, 1, 3, 2, dtype=torch.float64), torch.rand(1, 1, 3, dtype=torch.float64) + 1
+    op = torch.ops.neuralops.linear_attn_bwd
+
+    def f(grad_out, q, k, v, s0, z0):
+        return op(grad_out, q, k, v, None, None, s0, z0, None, None, "relu", True, 1e-6, 1.0, True)
+
+    args = [t.requires_grad_() for t in (grad_out, q, k, v, s0, z0)]
+    assert torch.autograd.gradcheck(f, args, fast_mode=n > 9)
+    if n == 9:
+        assert torch.autograd.gradgradcheck(f, args)
+
+
 @pytest.mark.parametrize("return_state", [False, True])
 def test_opcheck(library_loaded, return_state):
     q, k, v = make(2, 4, 2, 13, 5, 3)
@@ -206,6 +257,9 @@ def test_opcheck(library_loaded, return_state):
     opcheck(torch.ops.neuralops.linear_attn_bwd.default,
             (dout, q.detach(), k.detach(), v.detach(), cos, sin, s0.detach(), z0.detach(), None, None, "elu+1",
              False, 1e-6, 0.5, True))
+    # Inputs that require grad: the backward's own autograd kernel (double backward).
+    opcheck(torch.ops.neuralops.linear_attn_bwd.default,
+            (dout.requires_grad_(), q, k, v, cos, sin, s0, z0, None, None, "elu+1", True, 1e-6, 0.5, True))
 
 
 def test_fwd_train_on_cpu(library_loaded):

@@ -443,6 +443,28 @@ def test_autograd_saves_the_forward_states():
         assert torch.equal(a, b), name
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("cosformer", [False, True])
+def test_double_backward(causal, cosformer):
+    """A gradient penalty (create_graph=True): the first derivatives come from the kernels, the
+    second from the ATen form of the backward that autograd records; both against float64."""
+    q, k, v = make(2, 4, 2, 300, 64, 48, torch.float32)
+    cos, sin = weights(300) if cosformer else (None, None)
+
+    def penalty_grads(*tensors):
+        args = [t.detach().requires_grad_() for t in tensors]
+        c, s = (None, None) if cos is None else (cos.to(args[0].dtype), sin.to(args[0].dtype))
+        out = la.fwd(*args, causal, "elu+1", 1e-6, c, s) if args[0].is_cuda else \
+            la.linear_attn_pytorch_fallback(*args, causal, "elu+1", 1e-6, c, s)
+        grads = torch.autograd.grad((out ** 2).sum(), args, create_graph=True)
+        return torch.autograd.grad(sum((g ** 2).sum() for g in grads), args)
+
+    got = penalty_grads(q, k, v)
+    ref = penalty_grads(*(t.double().cpu() for t in (q, k, v)))
+    for name, a, b in zip(("q", "k", "v"), got, ref):
+        assert_close(f"second derivative for {name}", a.cpu(), b, torch.float32)
+
+
 def test_torch_compile_without_graph_breaks():
     torch._dynamo.reset()
 

@@ -37,7 +37,8 @@ recompute with a pass over k and v; the seed's ``bwd`` recomputes them.
 On CUDA tensors the work runs on AOT-compiled Triton kernels (``torch.ops.neuralops.linear_attn_fwd``
 and ``linear_attn_bwd``); elsewhere, or outside the kernels' limits, on
 ``linear_attn_pytorch_fallback``, the chunked and readable reference. ``fwd`` is differentiable
-either way and works under ``torch.compile(fullgraph=True)``.
+either way, twice too (on the kernels the second derivative runs the backward's ATen form), and
+works under ``torch.compile(fullgraph=True)``.
 """
 
 from __future__ import annotations
