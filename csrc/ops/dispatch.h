@@ -92,4 +92,21 @@ auto redispatch_below_autograd(c10::DispatchKeySet ks, Args&&... args) {
   return handle.redispatch(ks & c10::after_autograd_keyset, std::forward<Args>(args)...);
 }
 
+// Forward-mode AD (torch.autograd.forward_ad, torch.func.jvp) has no formulas here: the results
+// would carry no tangent, a silent zero. The autograd kernels refuse it first thing, naming the op.
+inline bool has_forward_grad(const at::Tensor& t) {
+  return t.defined() && t._fw_grad(/*level=*/0).defined();
+}
+
+inline bool has_forward_grad(const std::optional<at::Tensor>& t) {
+  return t.has_value() && has_forward_grad(*t);
+}
+
+template <typename... Tensors>
+void refuse_forward_ad(const char* op, const Tensors&... tensors) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!(has_forward_grad(tensors) || ...), "neuralops.", op,
+                              ": forward-mode AD (torch.autograd.forward_ad, torch.func.jvp) is not supported; "
+                              "reverse mode (backward, torch.autograd.grad) is");
+}
+
 }  // namespace neuralops::ops

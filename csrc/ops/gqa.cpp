@@ -156,6 +156,7 @@ class GqaAutograd : public torch::autograd::Function<GqaAutograd<kExpand>> {
 template <bool kExpand>
 Pair autograd_pair(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, int64_t num_kv_heads,
                    int64_t num_heads) {
+  refuse_forward_ad("gqa", a, b);
   if (!at::GradMode::is_enabled() || !(a.requires_grad() || b.requires_grad())) {
     return redispatch_below_autograd<std::conditional_t<kExpand, GqaFwd, GqaBwd>>(ks, a, b, num_kv_heads,
                                                                                   num_heads);

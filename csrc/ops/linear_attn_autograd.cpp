@@ -129,6 +129,7 @@ FwdResult fwd_autograd(c10::DispatchKeySet ks, const at::Tensor& q, const at::Te
                        const at::Tensor& v, const OptTensor& cos, const OptTensor& sin,
                        const OptTensor& s0, const OptTensor& z0, c10::string_view phi, bool causal,
                        double eps, double scale, bool return_state) {
+  refuse_forward_ad("linear_attn", q, k, v, cos, sin, s0, z0);
   const bool grad = at::GradMode::is_enabled() &&
       (q.requires_grad() || k.requires_grad() || v.requires_grad() || requires_grad(s0) ||
        requires_grad(z0));
@@ -220,6 +221,7 @@ BwdResult bwd_autograd(c10::DispatchKeySet ks, const at::Tensor& grad_out, const
                        const OptTensor& s0, const OptTensor& z0, const OptTensor& grad_s, const OptTensor& grad_z,
                        c10::string_view phi, bool causal, double eps, double scale, bool state_grad,
                        const OptTensor& fwd_states) {
+  refuse_forward_ad("linear_attn", grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z);
   const bool grad = at::GradMode::is_enabled() &&
       (grad_out.requires_grad() || q.requires_grad() || k.requires_grad() || v.requires_grad() ||
        requires_grad(s0) || requires_grad(z0) || requires_grad(grad_s) || requires_grad(grad_z));

@@ -166,6 +166,7 @@ class LowRankBwdFunction : public torch::autograd::Function<LowRankBwdFunction> 
 
 at::Tensor fwd_autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::Tensor& U,
                         const at::Tensor& V, const OptTensor& bias, c10::string_view backend) {
+  refuse_forward_ad("low_rank", x, U, V, bias);
   if (!needs_grad({&x, &U, &V}, bias)) {
     return redispatch_below_autograd<LowRankFwd>(ks, x, U, V, bias, backend);
   }
@@ -175,6 +176,7 @@ at::Tensor fwd_autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::T
 std::tuple<at::Tensor, at::Tensor> fwd_hidden_autograd(const at::Tensor& x, const at::Tensor& U,
                                                        const at::Tensor& V, const OptTensor& bias,
                                                        c10::string_view backend) {
+  refuse_forward_ad("low_rank", x, U, V, bias);
   auto out = LowRankFwdHiddenFunction::apply(x, U, V, bias, std::string(backend));
   return {out[0], out[1]};
 }
@@ -182,6 +184,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_hidden_autograd(const at::Tensor& x, cons
 Grads bwd_autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::Tensor& U,
                    const at::Tensor& V, const at::Tensor& g, const OptTensor& hidden, bool bias_grad,
                    c10::string_view backend) {
+  refuse_forward_ad("low_rank", x, U, V, g, hidden);
   if (!needs_grad({&x, &U, &V, &g}, hidden)) {
     return redispatch_below_autograd<LowRankBwd>(ks, x, U, V, g, hidden, bias_grad, backend);
   }

@@ -174,3 +174,11 @@ def test_disable_kernels_env(monkeypatch):
 def test_unknown_op_name():
     with pytest.raises(ValueError, match="unknown op 'attention'"):
         check_triton_suitability(torch.randn(1), "attention")
+
+
+@pytest.mark.parametrize("name", ["gqa_fwd", "gqa_bwd"])
+def test_forward_mode_ad_is_refused_by_name(library_loaded, name):
+    # No forward-mode formulas: torch.func.jvp gave a zero tangent.
+    x = torch.randn(1, 2, 4, 8) if name == "gqa_fwd" else torch.randn(1, 4, 4, 8)
+    with pytest.raises(NotImplementedError, match="neuralops.gqa: forward-mode AD"):
+        torch.func.jvp(lambda x: getattr(torch.ops.neuralops, name)(x, x, 2, 4)[0], (x,), (torch.ones_like(x),))

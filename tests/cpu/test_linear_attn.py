@@ -470,3 +470,26 @@ def test_api_rejects_unknown_keywords_and_bad_state():
     for call in (la.fwd, la.linear_attn_pytorch_fallback):
         with pytest.raises(TypeError, match="eps must be a Python number, got str"):
             call(q, k, v, True, "elu+1", "1e-6")
+
+
+def test_forward_mode_ad_is_refused_by_name(library_loaded):
+    """The ops have no forward-mode formulas: a tangent through them came out as zeros (torch.func.jvp)
+    or, on CUDA, not at all. The fallback, which the API takes on CPU, supports it."""
+    q, k, v = make(1, 2, 2, 5, 4, 3, torch.float64)
+    grad_out = torch.randn(1, 2, 5, 3, dtype=torch.float64)
+
+    def fwd(q):
+        return torch.ops.neuralops.linear_attn_fwd(q, k, v, None, None, None, None, "elu+1", True, 1e-6, 1.0, False)[0]
+
+    def bwd(grad_out):
+        return torch.ops.neuralops.linear_attn_bwd(grad_out, q, k, v, None, None, None, None, None, None, "elu+1",
+                                                   True, 1e-6, 1.0, False)[0]
+
+    for f, x in ((fwd, q), (bwd, grad_out)):
+        with pytest.raises(NotImplementedError, match="neuralops.linear_attn: forward-mode AD"):
+            torch.func.jvp(f, (x,), (torch.ones_like(x),))
+        with torch.autograd.forward_ad.dual_level(), \
+                pytest.raises(NotImplementedError, match="neuralops.linear_attn: forward-mode AD"):
+            f(torch.autograd.forward_ad.make_dual(x, torch.ones_like(x)))
+    _, tangent = torch.func.jvp(lambda q: la.fwd(q, k, v, True), (q,), (torch.ones_like(q),))
+    assert tangent.abs().sum() > 0

@@ -352,3 +352,15 @@ def test_replace_linear_include_patterns():
         replace_linear_with_low_rank(model, 0.0)
     with pytest.raises(TypeError, match="patterns must be str"):
         replace_linear_with_low_rank(Model(), 0.5, include=[3])
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, U, V, b: op.low_rank_fwd(x, U, V, b),
+    lambda x, U, V, b: op.low_rank_fwd_hidden(x, U, V, b)[0],
+    lambda x, U, V, b: op.low_rank_bwd(x, U, V, x[..., :6], None, True)[0],
+])
+def test_forward_mode_ad_is_refused_by_name(library_loaded, call):
+    # No forward-mode formulas: torch.func.jvp gave a zero tangent.
+    x, U, V, b = make((2, 3), 8, 4, 6)
+    with pytest.raises(NotImplementedError, match="neuralops.low_rank: forward-mode AD"):
+        torch.func.jvp(lambda x: call(x, U, V, b), (x,), (torch.ones_like(x),))
