@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Callable, Iterable, Union
+from collections.abc import Iterable
+from typing import Callable, Union
 
 from torch import nn
 
@@ -13,25 +14,23 @@ from torch import nn
 Pattern = Union[str, "re.Pattern[str]"]
 
 
-def _as_patterns(patterns: Pattern | Iterable[Pattern] | None) -> list[Pattern] | None:
+def _as_patterns(patterns: Pattern | Iterable[Pattern] | None, arg: str, caller: str) -> list[Pattern] | None:
     if patterns is None:
         return None
     if isinstance(patterns, (str, re.Pattern)):
         return [patterns]
-    return list(patterns)
+    bad = not isinstance(patterns, Iterable)
+    if not bad:
+        patterns = list(patterns)
+        bad = not all(isinstance(p, (str, re.Pattern)) for p in patterns)
+    if bad:
+        raise TypeError(f"{caller}: {arg} must be a pattern (str for fnmatch, or re.Pattern) or an iterable of "
+                        f"them, got {patterns!r}")
+    return patterns
 
 
-def _matches(name: str, patterns: list[Pattern], caller: str) -> bool:
-    for p in patterns:
-        if isinstance(p, re.Pattern):
-            if p.fullmatch(name):
-                return True
-        elif isinstance(p, str):
-            if fnmatch.fnmatchcase(name, p):
-                return True
-        else:
-            raise TypeError(f"{caller}: patterns must be str (fnmatch) or re.Pattern, got {type(p).__name__}")
-    return False
+def _matches(name: str, patterns: list[Pattern]) -> bool:
+    return any(p.fullmatch(name) if isinstance(p, re.Pattern) else fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 def select_modules(model: nn.Module, wanted: Callable[[nn.Module], bool],
@@ -39,14 +38,14 @@ def select_modules(model: nn.Module, wanted: Callable[[nn.Module], bool],
                    caller: str) -> list[tuple[str, nn.Module]]:
     """(name, module) of each wanted module of ``model`` whose name ``include`` selects (all when
     None) and ``exclude`` does not, in ``named_modules`` order; none inside one already selected."""
-    includes, excludes = _as_patterns(include), _as_patterns(exclude)
+    includes, excludes = _as_patterns(include, "include", caller), _as_patterns(exclude, "exclude", caller)
     selected: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():
         if not wanted(module) or any(name.startswith(prev + ".") for prev, _ in selected):
             continue
-        if includes is not None and not _matches(name, includes, caller):
+        if includes is not None and not _matches(name, includes):
             continue
-        if excludes is not None and _matches(name, excludes, caller):
+        if excludes is not None and _matches(name, excludes):
             continue
         selected.append((name, module))
     return selected

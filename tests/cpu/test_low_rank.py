@@ -350,8 +350,10 @@ def test_replace_linear_include_patterns():
     assert reports[0].replaced and reports[0].rank == 64 and reports[0].rel_error < 1e-5
     with pytest.raises(ValueError, match=r"rank_ratio must be in \(0, 1\]"):
         replace_linear_with_low_rank(model, 0.0)
-    with pytest.raises(TypeError, match="patterns must be str"):
+    with pytest.raises(TypeError, match=r"include must be a pattern \(str for fnmatch, or re.Pattern\)"):
         replace_linear_with_low_rank(Model(), 0.5, include=[3])
+    with pytest.raises(TypeError, match=r"exclude must be a pattern .* got 3"):
+        replace_linear_with_low_rank(Model(), 0.5, exclude=3)
 
 
 @pytest.mark.parametrize("call", [
