@@ -53,6 +53,12 @@ bool requires_grad(const OptTensor& t) {
   return t.has_value() && t->requires_grad();
 }
 
+// Autograd's output wrapping takes defined tensors only: an empty one stands for an absent state (or
+// state gradient), and the autograd kernels return None for it again.
+at::Tensor or_absent(const OptTensor& t, const at::Tensor& q) {
+  return t ? *t : at::empty({0}, q.options().dtype(at::kFloat));
+}
+
 class LinearAttnFunction : public torch::autograd::Function<LinearAttnFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
@@ -72,10 +78,7 @@ class LinearAttnFunction : public torch::autograd::Function<LinearAttnFunction> 
     ctx->save_for_backward({q, k, v, cos.value_or(at::Tensor()), sin.value_or(at::Tensor()),
                             s0.value_or(at::Tensor()), z0.value_or(at::Tensor()),
                             fwd_states.numel() > 0 ? fwd_states : at::Tensor()});
-    // Autograd's output wrapping takes defined tensors only: empty ones stand for the absent states
-    // here, and fwd_autograd returns None for them again.
-    const auto absent = [&] { return at::empty({0}, q.options().dtype(at::kFloat)); };
-    return {out, s ? *s : absent(), z ? *z : absent()};
+    return {out, or_absent(s, q), or_absent(z, q)};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -168,9 +171,7 @@ class LinearAttnBwdFunction : public torch::autograd::Function<LinearAttnBwdFunc
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [dq, dk, dv, ds0, dz0] =
         call_bwd(grad_out, q, k, v, cos, sin, s0, z0, grad_s, grad_z, phi, causal, eps, scale, state_grad, fwd_states);
-    // Autograd's outputs must be defined: empty ones stand for the absent state gradients.
-    const auto absent = [&] { return at::empty({0}, q.options().dtype(at::kFloat)); };
-    return {dq, dk, dv, ds0 ? *ds0 : absent(), dz0 ? *dz0 : absent()};
+    return {dq, dk, dv, or_absent(ds0, q), or_absent(dz0, q)};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
