@@ -438,17 +438,12 @@ def test_op_names_an_argument_on_another_device(library_loaded, arg):
     q, k, v = make(1, 2, 2, 6, 4, 4)
     cos, sin = weights(6)
     s0, z0 = torch.zeros(1, 2, 2, 4, 4), torch.zeros(1, 2, 2, 4)
-    args = dict(grad_out=torch.randn(1, 2, 6, 4), cos_weight=cos, initial_S=s0, initial_z=z0, grad_S=s0,
-                grad_z=z0, fwd_states=torch.zeros(0))
-    args[arg] = args[arg].to("meta")
-    a = args
-    with pytest.raises(ValueError, match=f"q is on cpu but {arg.replace('initial_S', 'initial_(state.)?S')} is on meta"):
-        if arg in ("cos_weight", "initial_S"):
-            torch.ops.neuralops.linear_attn_fwd(q, k, v, a["cos_weight"], sin, a["initial_S"], z0, "elu+1", True,
-                                                1e-6, 1.0, False)
-        else:
-            torch.ops.neuralops.linear_attn_bwd(a["grad_out"], q, k, v, cos, sin, s0, z0, a["grad_S"], z0, "elu+1",
-                                                True, 1e-6, 1.0, True, a["fwd_states"])
+    a = dict(grad_out=torch.randn(1, 2, 6, 4), cos_weight=cos, initial_S=s0, grad_S=s0, fwd_states=torch.zeros(0))
+    a[arg] = a[arg].to("meta")
+    name = "initial_(state.)?S" if arg == "initial_S" else arg  # the fake names it initial_state.S
+    with pytest.raises(ValueError, match=f"q is on cpu but {name} is on meta"):
+        torch.ops.neuralops.linear_attn_bwd(a["grad_out"], q, k, v, a["cos_weight"], sin, a["initial_S"], z0,
+                                            a["grad_S"], z0, "elu+1", True, 1e-6, 1.0, True, a["fwd_states"])
 
 
 def test_api_names_the_argument_that_is_not_a_tensor_or_on_another_device():
