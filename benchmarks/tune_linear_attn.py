@@ -57,11 +57,6 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-def _tile_in(table: str, block: int, tile: tuple):
-    """`tile` in one of spec.py's tables (bf16 at `block`, on every architecture) while the block runs."""
-    return spec.tile_replaced(table, ("bf16", block), tile)
-
-
 # Cosformer's weights (--cosformer), as neuralops.core.triton_kernels.linear_attn.cosformer_weights.
 WEIGHTS: tuple = (None, None)
 
@@ -73,7 +68,7 @@ def _block(q) -> int:
 def _setup(q, k, v, table: str, tile: tuple, causal: bool = True) -> drv._Setup:
     """The op's plan for these inputs with `tile` put in `table` (spec.TABLES: STATE_TILES, FWD_TILES or
     BIDIR_FWD_TILES) for bf16 at this block: the segments follow the tile, as the op's would."""
-    with _tile_in(table, _block(q), tile):
+    with spec.tile_replaced(table, ("bf16", _block(q)), tile):
         return drv._Setup(q, k, v, "elu+1", causal, *WEIGHTS, None, None)
 
 
@@ -99,7 +94,7 @@ BIDIR_SEG_LENS = (None, 1024, 512)
 
 def _bidir_call(q, k, v, tile: tuple, seg_len: int | None):
     def call() -> None:
-        with _tile_in("BIDIR_FWD_TILES", _block(q), tile):
+        with spec.tile_replaced("BIDIR_FWD_TILES", ("bf16", _block(q)), tile):
             drv.forward(q, k, v, causal=False, cos=WEIGHTS[0], sin=WEIGHTS[1], seg_len=seg_len)
     return call
 
@@ -134,7 +129,7 @@ def main() -> None:
                        for t in BIDIR_CALL_TILES for s in BIDIR_SEG_LENS if "bidir_call" in kinds]
         for tile in BWD_TILES if "bwd" in kinds else ():
             def bwd(tile=tile):
-                with _tile_in("VALUE_TILES", block, tile):
+                with spec.tile_replaced("VALUE_TILES", ("bf16", block), tile):
                     drv.backward(do, q, k, v, causal=True, cos=WEIGHTS[0], sin=WEIGHTS[1])
             candidates.append(("bwd", tile, bwd))
         for kind, tile, fn in candidates:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from neuralops.core.arguments import check_int
 from neuralops.core.triton_kernels import gqa
 
 
@@ -23,8 +24,7 @@ def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
     if hidden_states.dim() != 4:
         raise ValueError(f"repeat_kv: hidden_states must be 4-D [B, Hkv, N, D], got shape "
                          f"{tuple(hidden_states.shape)}")
-    if isinstance(n_rep, bool) or not isinstance(n_rep, int):
-        raise TypeError(f"repeat_kv: n_rep must be an int, got {type(n_rep).__name__}")
+    check_int(n_rep, "n_rep", "repeat_kv")
     if n_rep < 1:
         raise ValueError(f"repeat_kv: n_rep must be >= 1, got {n_rep}")
     if n_rep == 1:

@@ -451,11 +451,10 @@ def test_double_backward(causal, cosformer):
     q, k, v = make(2, 4, 2, 300, 64, 48, torch.float32)
     cos, sin = weights(300) if cosformer else (None, None)
 
-    def penalty_grads(*tensors):
+    def penalty_grads(*tensors):  # CUDA tensors take the kernels, the CPU reference the fallback
         args = [t.detach().requires_grad_() for t in tensors]
-        c, s = (None, None) if cos is None else (cos.to(args[0].dtype), sin.to(args[0].dtype))
-        out = la.fwd(*args, causal, "elu+1", 1e-6, c, s) if args[0].is_cuda else \
-            la.linear_attn_pytorch_fallback(*args, causal, "elu+1", 1e-6, c, s)
+        c, s = (None, None) if cos is None else (cos.to(args[0]), sin.to(args[0]))
+        out = la.fwd(*args, causal, "elu+1", 1e-6, c, s)
         grads = torch.autograd.grad((out ** 2).sum(), args, create_graph=True)
         return torch.autograd.grad(sum((g ** 2).sum() for g in grads), args)
 

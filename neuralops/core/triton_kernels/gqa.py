@@ -33,8 +33,8 @@ def _check_kwargs(kwargs: dict[str, Any], fn: str) -> None:
 
 
 def _check_heads(num_kv_heads: int, num_heads: int) -> None:
-    check_int(num_kv_heads, "num_kv_heads", "gqa")
-    check_int(num_heads, "num_heads", "gqa")
+    check_int(num_kv_heads, "num_kv_heads", "neuralops.gqa")
+    check_int(num_heads, "num_heads", "neuralops.gqa")
     if num_kv_heads <= 0 or num_heads <= 0:
         raise ValueError(f"neuralops.gqa: num_kv_heads and num_heads must be positive, got "
                          f"num_kv_heads={num_kv_heads} and num_heads={num_heads}")

@@ -90,10 +90,10 @@ def cosformer_weights(
     """Cosformer's position weights ``(cos(pi i / (2 M)), sin(pi i / (2 M)))``, each ``[seq_len]``, for
     positions ``i = start .. start + seq_len - 1``; ``M = max_len``, by default ``start + seq_len``.
     When streaming, pass the same ``max_len`` for every piece and ``start`` = the piece's offset."""
-    check_int(seq_len, "seq_len", "linear_attn")
-    check_int(start, "start", "linear_attn")
+    check_int(seq_len, "seq_len", "neuralops.linear_attn")
+    check_int(start, "start", "neuralops.linear_attn")
     if max_len is not None:
-        check_int(max_len, "max_len", "linear_attn")
+        check_int(max_len, "max_len", "neuralops.linear_attn")
     if seq_len < 0 or start < 0:
         raise ValueError(f"neuralops.linear_attn: seq_len and start must be >= 0, got {seq_len} and {start}")
     m = start + seq_len if max_len is None else max_len
