@@ -14,7 +14,8 @@ sm_90's shared memory goes in ARCH_TILES. The driver uses the tiles of the GPU i
 candidate replaces them on every architecture and feature map (spec.replace_tile).
 
     python benchmarks/tune_linear_attn.py [--budget SECONDS] [--json PATH] [--shapes 0,1,2,3] \
-        [--kinds state,fwd,bidir,bidir_call,bwd] [--cosformer] [--tiles "C,T,W,S;..."]   # from the repo root
+        [--kinds state,fwd,bidir,bidir_call,bwd] [--cosformer] [--seg-len ROWS] \
+        [--tiles "C,T,W,S;..."]   # from the repo root
 
 --cosformer runs the kernels with Cosformer weights (their run-time-map variant, FEAT 0: 128
 features take the 256-feature block).
@@ -59,6 +60,8 @@ def bench(fn) -> float:
 
 # Cosformer's weights (--cosformer), as neuralops.core.triton_kernels.linear_attn.cosformer_weights.
 WEIGHTS: tuple = (None, None)
+# --seg-len: the state pass's and the forward's segments of this many rows, instead of the op's plan.
+SEG_LEN: "int | None" = None
 
 
 def _block(q) -> int:
@@ -69,7 +72,7 @@ def _setup(q, k, v, table: str, tile: tuple, causal: bool = True) -> drv._Setup:
     """The op's plan for these inputs with `tile` put in `table` (spec.TABLES: STATE_TILES, FWD_TILES or
     BIDIR_FWD_TILES) for bf16 at this block: the segments follow the tile, as the op's would."""
     with spec.tile_replaced(table, ("bf16", _block(q)), tile):
-        return drv._Setup(q, k, v, "elu+1", causal, *WEIGHTS, None, None)
+        return drv._Setup(q, k, v, "elu+1", causal, *WEIGHTS, SEG_LEN, None)
 
 
 def _state_pass(q, k, v, tile: tuple):
@@ -107,10 +110,12 @@ def main() -> None:
     ap.add_argument("--kinds", default="state,fwd,bwd",
                     help="of state, fwd, bidir (the bidirectional forward), bidir_call (whole calls), bwd")
     ap.add_argument("--cosformer", action="store_true", help="with Cosformer weights")
+    ap.add_argument("--seg-len", type=int, help="segments of this many rows for state, fwd and bidir (default: the op's)")
     ap.add_argument("--tiles", default="", help="'C,T,warps,stages;...': the state, fwd and bidir candidates, in "
                     "this order (a tile that faults leaves the CUDA context broken for those after it)")
     args = ap.parse_args()
-    global WEIGHTS
+    global WEIGHTS, SEG_LEN
+    SEG_LEN = args.seg_len
     start = time.monotonic()
     rows = []
     for b, h, n, d in [SHAPES[int(i)] for i in args.shapes.split(",")]:

@@ -34,7 +34,7 @@ def segment_count(nc: int, quantum: int, per_segment: int, block: int, dv_tile: 
                   sms: int) -> int:
     """csrc/ops/linear_attn.cpp segment_count: few, long segments, as long as the GPU stays busy."""
     wide = not causal and block > 64 and dv_tile >= 128
-    per_sm = 4 if causal or block <= 64 else 2 if wide else 8
+    per_sm = 4 if causal or block <= 64 else (1 if block >= 256 else 2) if wide else 8
     min_rows = 1024 if causal else 8 * block
     resident = 2 if block <= 64 else 1
     by_programs = max(1, per_sm * sms // per_segment) if wide else triton.cdiv(per_sm * sms, per_segment)
@@ -181,7 +181,8 @@ class _Setup:
         xz = x.view(-1)[self.fd:]
         if fold:
             return x, xz, gs * self.ep, self.ep, gs * self.ep, self.ep, 1 + self.r
-        self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
+        if self.causal or gs > 1 or total_s is not None:  # one bidirectional segment is the total
+            self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
         seg = self.r * self.ep if self.causal else 0
         return x, xz, gs * self.ep, seg, gs * self.ep, seg, 1
 

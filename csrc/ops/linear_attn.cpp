@@ -330,7 +330,8 @@ constexpr int64_t kFoldMaxBlock = 64;  // kernels.py FOLD_MAX_BLOCK
 //     and more, 8 where its programs are small, with Dv tiles under 128 columns, and where they
 //     hold 128, the one wave of two per multiprocessor that fits, rounded down: at B1 H16 N65536
 //     D128, 17 segments (272 programs for 264 slots) took 0.484 ms; the Triton JIT took 0.328 ms
-//     with 16 and 0.371 with 64, tenth session);
+//     with 16 and 0.371 with 64, tenth session; at 256 features, one per multiprocessor: those
+//     programs take 8 warps of 255 registers, so a second segment only adds a wave, and the scan);
 //   - segments of at least `min_rows` rows (1024 causal; 8 per feature of the block bidirectional,
 //     where the walk carries no state);
 // but at least one wave of the walking kernels (`resident` programs per multiprocessor: two
@@ -341,7 +342,7 @@ constexpr int64_t kFoldMaxBlock = 64;  // kernels.py FOLD_MAX_BLOCK
 int64_t segment_count(int64_t nc, int64_t quantum, int64_t per_segment, int64_t block, int64_t dv_tile,
                       bool causal, int64_t sms) {
   const bool wide = !causal && block > 64 && dv_tile >= 128;
-  const int64_t per_sm = causal || block <= 64 ? 4 : wide ? 2 : 8;
+  const int64_t per_sm = causal || block <= 64 ? 4 : wide ? (block >= 256 ? 1 : 2) : 8;
   const int64_t min_rows = causal ? 1024 : 8 * block;
   const int64_t resident = block <= 64 ? 2 : 1;
   const int64_t by_programs =
@@ -660,7 +661,9 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
                 p.k.const_data_ptr(), p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), nullptr,
                 nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g * p.r, p.l / p.r, 0, n_walk, p.phi.kind, sh.parts, 0, 1.0f,
                 st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
-  if (!fold) {
+  // One bidirectional segment's sum is already the total, which the scan would copy onto itself.
+  const bool is_total = !p.causal && p.g * p.r == 1 && tot_s == nullptr;
+  if (!fold && !is_total) {
     scan(p, buffer, buffer, p.r, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
   }
   return buffer_segments(p, buffer, fold);

@@ -133,12 +133,27 @@ def test_odd_shapes(b, h, hkv, n, d, dv, cosformer, dtype):
         assert_close(name, leaf.grad, g, dtype)
 
 
+@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("gqa", [False, True])
 @pytest.mark.parametrize("phi", PHIS)
-def test_every_map_at_256_features(phi, gqa):
-    """bf16's causal forward at 256 features (on sm_90 the Gluon walk in Dv tiles of 32, spec.py
-    WGMMA_FWD_TILES): padded D, a Dv whose last tile is partly masked, and its backward."""
-    check_mode(phi, True, False, torch.bfloat16, 4, 2 if gqa else 4, 200, 72)
+def test_every_map_at_256_features(phi, gqa, causal):
+    """bf16's forward at 256 features (on sm_90 the causal one is the Gluon walk in Dv tiles of 32,
+    spec.py WGMMA_FWD_TILES; the bidirectional one la_fwd_kernel in tiles of 128, ARCH_TILES): padded
+    D, a Dv whose last tile is partly masked, and its backward."""
+    check_mode(phi, causal, False, torch.bfloat16, 4, 2 if gqa else 4, 200, 72)
+
+
+@pytest.mark.parametrize("phi", PHIS)
+@pytest.mark.parametrize("b,h,hkv,n", [(4, 16, 4, 2100), (1, 2, 1, 4099)])
+def test_bidirectional_segments_at_256_features(b, h, hkv, n, phi):
+    """The bidirectional forward at 256 features over one segment, whose sums the forward reads
+    without a scan (B4 H16 on the H200: one wave of one program per multiprocessor), and over many
+    (B1 H2), every program reading the total; D and Dv past a tile, GQA."""
+    q, k, v = make(b, h, hkv, n, 250, 130, torch.bfloat16, phi=phi)
+    poison_allocator()
+    out = la.fwd(q, k, v, False, phi, 1e-6, scale=0.37)
+    ref, _, _ = reference(q, k, v, phi, False, None, None, 0.37)
+    assert_close("out", out, ref, torch.bfloat16)
 
 
 @pytest.mark.parametrize("cosformer", [False, True])
