@@ -39,14 +39,13 @@ def test_every_override_is_compiled_for_its_arch_alone():
     assert checked >= 16
 
 
-def test_the_h200_tiles_measured_in_the_twenty_ninth_and_thirty_second_sessions():
-    """Cosformer (FEAT 0) keeps the shared bidirectional forward on sm_90 and takes its own causal
-    forward; the other maps take the larger bidirectional tile and keep the causal one (the Gluon
-    walk's Dv tile)."""
+def test_the_sm90_tiles_measured_on_the_h200():
+    """On sm_90 the state pass and the bidirectional forward take their own tiles at 256 (Cosformer's
+    bidirectional forward, FEAT 0, its own too), and so does Cosformer's causal forward; the other
+    maps keep the causal one (the Gluon walk's Dv tile)."""
     for table, feat, tile in (("TILES", 2, (64, 64, 8, 2)), ("TILES", 0, (64, 64, 8, 2)),
-                              ("STATE_TILES", 2, (64, 128, 8, 1)), ("STATE_TILES", 0, (64, 128, 8, 1)),
-                              ("BIDIR_FWD_TILES", 3, (128, 128, 8, 1)),
-                              ("BIDIR_FWD_TILES", 0, spec.BIDIR_FWD_TILES["bf16", 256]),
+                              ("STATE_TILES", 2, (16, 128, 8, 4)), ("STATE_TILES", 0, (16, 128, 8, 4)),
+                              ("BIDIR_FWD_TILES", 3, (64, 128, 8, 3)), ("BIDIR_FWD_TILES", 0, (64, 128, 8, 2)),
                               ("FWD_TILES", 0, (16, 128, 8, 1)), ("FWD_TILES", 2, spec.FWD_TILES["bf16", 256])):
         assert spec.tile_of(table, 90, "bf16", 256, feat) == tile, (table, feat)
         assert spec.tile_of(table, 80, "bf16", 256, feat) == spec.TABLES[table]["bf16", 256]
