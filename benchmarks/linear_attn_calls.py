@@ -4,11 +4,13 @@ ninth session's A/B). bf16 and elu+1 unless marked; causal forward, causal forwa
 forward; the 256-feature and fp16 bidirectional rows were added after the ninth session's first A/B, the
 fp16 forward+backward rows in the twenty-third session, the 256-feature forward+backward and the
 Cosformer rows at 128 features (which run the 256-feature Triton kernels) in the twenty-eighth, its
-causal forward in the twenty-ninth.
+causal forward in the twenty-ninth, Cosformer at 256 features (the 512-feature kernels) in the
+thirty-seventh.
 
-    python benchmarks/linear_attn_calls.py [text ...]  # with neuralops installed, on a machine with a GPU
+    python benchmarks/linear_attn_calls.py [--fallback] [text ...]  # with neuralops installed, on a GPU
 
-With arguments, only the cases whose name contains one of them (e.g. `fp16`).
+With arguments, only the cases whose name contains one of them (e.g. `fp16`); with --fallback, the
+same calls through linear_attn_pytorch_fallback (what runs where the kernels do not).
 """
 
 import sys
@@ -27,6 +29,9 @@ def _inputs(b: int, h: int, n: int, d: int, grad: bool = False,
     return [t.requires_grad_(grad) for t in ts]
 
 
+FWD = la.linear_attn_pytorch_fallback if "--fallback" in sys.argv else la.fwd
+
+
 def _weights(n: int, cosformer: bool) -> tuple:
     return la.cosformer_weights(n, device="cuda") if cosformer else (None, None)
 
@@ -37,7 +42,7 @@ def fwd_case(b: int, h: int, n: int, d: int, causal: bool, dtype: torch.dtype = 
     cos, sin = _weights(n, cosformer)
     tag = ("" if dtype == torch.bfloat16 else " fp16") + (" cosformer" if cosformer else "")
     name = f"{'causal' if causal else 'bidirectional'} fwd{tag} B{b} H{h} N{n} D{d}"
-    return name, lambda: la.fwd(q, k, v, causal, cos_weight=cos, sin_weight=sin)
+    return name, lambda: FWD(q, k, v, causal, cos_weight=cos, sin_weight=sin)
 
 
 def fwd_bwd_case(b: int, h: int, n: int, d: int, dtype: torch.dtype = torch.bfloat16,
@@ -49,7 +54,7 @@ def fwd_bwd_case(b: int, h: int, n: int, d: int, dtype: torch.dtype = torch.bflo
     def step() -> None:
         for t in (q, k, v):
             t.grad = None
-        la.fwd(q, k, v, True, phi=phi, cos_weight=cos, sin_weight=sin).backward(grad_out)
+        FWD(q, k, v, True, phi=phi, cos_weight=cos, sin_weight=sin).backward(grad_out)
 
     tag = (("" if dtype == torch.bfloat16 else " fp16") + ("" if phi == "elu+1" else f" {phi}")
            + (" cosformer" if cosformer else ""))
@@ -66,11 +71,14 @@ def main() -> None:
              fwd_case(4, 16, 4096, 256, True), fwd_case(4, 16, 4096, 256, False), fwd_bwd_case(4, 16, 4096, 256),
              fwd_case(4, 16, 4096, 128, True, cosformer=True), fwd_case(4, 16, 4096, 128, False, cosformer=True),
              fwd_bwd_case(4, 16, 4096, 128, cosformer=True),
+             fwd_case(4, 16, 4096, 256, True, cosformer=True), fwd_case(4, 16, 4096, 256, False, cosformer=True),
+             fwd_bwd_case(4, 16, 4096, 256, cosformer=True),
              fwd_case(4, 16, 4096, 128, False, torch.float16),
              fwd_bwd_case(4, 16, 4096, 64, torch.float16), fwd_bwd_case(4, 16, 2048, 64, torch.float16),
              fwd_bwd_case(4, 16, 4096, 32, torch.float16)]
+    filters = [a for a in sys.argv[1:] if a != "--fallback"]
     for name, run in cases:
-        if len(sys.argv) > 1 and not any(text in name for text in sys.argv[1:]):
+        if filters and not any(text in name for text in filters):
             continue
         print(f"{name:40s} {timer.median_ms(run):.4f} ms", flush=True)
 

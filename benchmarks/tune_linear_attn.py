@@ -18,7 +18,7 @@ candidate replaces them on every architecture and feature map (spec.replace_tile
         [--tiles "C,T,W,S;..."]   # from the repo root
 
 --cosformer runs the kernels with Cosformer weights (their run-time-map variant, FEAT 0: 128
-features take the 256-feature block).
+features take the 256-feature block, 256 the 512-feature block).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ TILES = {  # (C, T, warps, stages) per feature block
           (64, 128, 8, 2)],
     256: [(32, 32, 8, 2), (32, 64, 8, 2), (64, 32, 8, 2), (64, 64, 8, 2), (32, 64, 4, 2), (16, 64, 4, 2),
           (32, 128, 8, 1), (64, 64, 8, 1), (64, 128, 8, 1), (64, 128, 4, 2), (128, 64, 8, 1)],
+    512: [(32, 32, 8, 1), (16, 64, 8, 1), (32, 64, 8, 1), (64, 32, 8, 1), (16, 128, 8, 1), (32, 32, 8, 2)],
 }
 # Tiles whose feature block is narrower than D (T < D here) hit an illegal address in Triton 3.6's
 # JIT on the H200 (C64 T32): only tiles with T >= D are swept for the dq / dk kernels.

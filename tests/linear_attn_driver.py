@@ -8,8 +8,8 @@ import torch
 import triton
 
 from triton_src.linear_attn import kernels as K
-from triton_src.linear_attn.spec import (BLOCKS, DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
-                                         dk_dv_built, dq_stats_built, feature_key, fwd_table, tile_of)
+from triton_src.linear_attn.spec import (DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
+                                         dk_dv_built, dq_stats_built, feature_blocks, feature_key, fwd_table, tile_of)
 
 
 def pad16(x: int) -> int:
@@ -20,8 +20,9 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 
 
 def block_for(dtype: str, width: int) -> int:
-    """The smallest block built for `dtype` tensors that holds `width` columns."""
-    for b in BLOCKS[dtype]:
+    """The smallest block built for `dtype` tensors that holds `width` columns (as csrc, among the
+    blocks of the run-time map, FEAT 0: Cosformer's 512 the widest)."""
+    for b in feature_blocks(dtype, 0):
         if b >= width:
             return b
     raise ValueError(f"no block holds {width} columns of {dtype} tensors")

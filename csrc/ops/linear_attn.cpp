@@ -16,7 +16,8 @@
 // unless return_state, dS0 and dz0 unless state_grad (two allocations less per call: host time).
 // No gradient flows to the weights.
 //
-// CUDA takes fp16, bf16 and fp32 with D, Dv <= 256 (D <= 128 under Cosformer); inputs may have any
+// CUDA takes fp16, bf16 and fp32 with D, Dv <= 256 (D <= 128 under Cosformer but in bf16, whose
+// 2 D features up to 512 have their block: spec.py COSFORMER_BLOCK_DTYPES); inputs may have any
 // strides with a unit last stride: a transposed [B, N, H, D] view is read in place. An input whose
 // pointer or strides are not 16-divisible, or whose last dimension is not a multiple of 16, is
 // first copied into a padded buffer (padding that has zero features). CPU tensors of any floating
@@ -320,6 +321,7 @@ BwdResult bwd_cpu(
 // ---- CUDA: the Triton kernels --------------------------------------------------------------------
 
 constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kMaxBlock = 2 * kMaxHeadDim;  // Cosformer's two parts (spec.py COSFORMER_BLOCK)
 constexpr int64_t kFoldMaxBlock = 64;  // kernels.py FOLD_MAX_BLOCK
 
 // The segment count G for nc chunks (of `quantum` rows) and `per_segment` programs per segment
@@ -392,10 +394,12 @@ int64_t feature_key(const Phi& phi, int64_t parts) {
 
 // The smallest feature block built for `dtype` tensors (spec.py BLOCKS) that holds `width` columns.
 int64_t block_for(at::ScalarType dtype, int64_t width) {
-  for (int64_t b = 16; b <= kMaxHeadDim; b *= 2) {
+  for (int64_t b = 16; b <= kMaxBlock; b *= 2) {
     if (b >= width && aot::la_state_built({dtype, b, 0, 0})) return b;
   }
-  TORCH_CHECK_VALUE(false, "neuralops.linear_attn: ", width, " columns exceed the largest block");
+  TORCH_CHECK_VALUE(false, "neuralops.linear_attn: no kernel block holds ", width, " features of ", dtype,
+                    " tensors (Cosformer doubles D: D up to 128 under Cosformer but in bfloat16); use "
+                    "linear_attn_pytorch_fallback");
 }
 
 bool kernel_ready(const Tensor& t) {
@@ -478,10 +482,9 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   p.sh = sh;
   p.phi = phi;
   p.causal = causal;
-  TORCH_CHECK_VALUE(sh.d <= kMaxHeadDim && sh.dv <= kMaxHeadDim && sh.parts * pad16(sh.d) <= kMaxHeadDim,
-                    "neuralops.linear_attn: the CUDA kernels take D and Dv up to ", kMaxHeadDim,
-                    " (D up to 128 under Cosformer), got D=", sh.d, ", Dv=", sh.dv,
-                    sh.parts == 2 ? " with Cosformer" : "", "; use linear_attn_pytorch_fallback");
+  TORCH_CHECK_VALUE(sh.d <= kMaxHeadDim && sh.dv <= kMaxHeadDim,
+                    "neuralops.linear_attn: the CUDA kernels take D and Dv up to ", kMaxHeadDim, ", got D=", sh.d,
+                    ", Dv=", sh.dv, "; use linear_attn_pytorch_fallback");
   p.dtype = dtype;
   p.dp = pad16(sh.d);
   p.dvp = pad16(sh.dv);

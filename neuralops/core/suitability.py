@@ -21,7 +21,8 @@ from neuralops import _library
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
-# Each op's limits beyond dtype and device: keyword arguments -> None when fine, else the reason.
+# Each op's limits beyond dtype and device: keyword arguments (and the tensor's dtype, where a limit
+# depends on it) -> None when fine, else the reason.
 OpLimits = Callable[..., "str | None"]
 _OP_LIMITS: dict[str, OpLimits] = {}
 
@@ -133,7 +134,7 @@ def check_triton_suitability(tensor: torch.Tensor, op_name: str, **limits: Any) 
         props = torch.cuda.get_device_properties(index)
         return False, (f"no cubin for cuda:{index} (compute capability {props.major}.{props.minor}); "
                        f'rebuild with NEURALOPS_CUDA_ARCHS="{props.major}{props.minor}"')
-    reason = _OP_LIMITS[op_name](**limits)
+    reason = _OP_LIMITS[op_name](dtype=tensor.dtype, **limits)
     if reason is not None:
         return False, reason
     return True, ""

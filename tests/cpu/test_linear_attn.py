@@ -362,8 +362,10 @@ def test_cpu_tensors_are_not_supported_and_say_why():
 def test_limits_name_the_reason():
     assert la._limits(head_dim=256, seq_len=10, value_dim=256) is None
     assert "head_dim up to 256" in la._limits(head_dim=257, seq_len=10)
-    assert "under Cosformer" in la._limits(head_dim=129, seq_len=10, cosformer=True)
     assert "value head dim" in la._limits(head_dim=64, value_dim=300)
+    assert la._limits(head_dim=256, cosformer=True, dtype=torch.bfloat16) is None
+    assert la._limits(head_dim=128, cosformer=True, dtype=torch.float16) is None
+    assert "up to 128 for torch.float16" in la._limits(head_dim=136, cosformer=True, dtype=torch.float16)
 
 
 @pytest.mark.parametrize("call", ["api", "op", "api_to_op"])

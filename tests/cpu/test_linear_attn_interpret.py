@@ -59,6 +59,10 @@ CASES = [
     # so segments must hold whole chunks of both (a regression caught on the H200).
     (1, 2, 2, 130, 48, 24, torch.float16, "elu+1", True, True, False, None, False),
     (1, 2, 1, 33, 16, 16, torch.bfloat16, "relu", True, False, False, None, False),  # relu compiled in (FEAT 3)
+    # Cosformer above 128 features: the 512 block (2 x 144 padded features), segments and a state;
+    # then a decode step there
+    (1, 2, 1, 70, 136, 24, torch.bfloat16, "elu+1", True, True, True, 32, False),
+    (1, 2, 1, 1, 200, 16, torch.bfloat16, "relu", True, True, True, None, False),
 ]
 
 

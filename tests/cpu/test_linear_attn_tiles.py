@@ -1,6 +1,9 @@
 """The linear attention tiles per architecture (triton_src/linear_attn/spec.py ARCH_TILES): what each
 arch compiles, and that an override changes tiles only, never which variants are built."""
 
+import torch
+
+from neuralops.core.triton_kernels import linear_attn as la
 from triton_src.linear_attn import spec
 
 KERNELS = {s.name: s for s in spec.KERNELS}
@@ -49,6 +52,9 @@ def test_the_sm90_tiles_measured_on_the_h200():
                               ("FWD_TILES", 0, (16, 128, 8, 1)), ("FWD_TILES", 2, spec.FWD_TILES["bf16", 256])):
         assert spec.tile_of(table, 90, "bf16", 256, feat) == tile, (table, feat)
         assert spec.tile_of(table, 80, "bf16", 256, feat) == spec.TABLES[table]["bf16", 256]
+    # Cosformer's bidirectional forward at 512 features: 176 KB on sm_90, the shared 80 KB elsewhere
+    assert spec.tile_of("BIDIR_FWD_TILES", 90, "bf16", 512, 0) == (32, 128, 8, 1)
+    assert spec.tile_of("BIDIR_FWD_TILES", 80, "bf16", 512, 0) == (32, 32, 8, 1)
 
 
 def test_overrides_name_existing_tables_and_keys_and_build_the_same_variants():
@@ -74,3 +80,18 @@ def test_replace_tile_reaches_every_architecture_and_feature_key():
             for feat in spec.FEATURES:
                 assert spec.tile_of(table, 90, *key, feat) == spec.tile_of(table, None, *key, feat) == (16, 16, 4, 1)
         assert (spec.TABLES[table], spec.ARCH_TILES[90][table]) == before, table  # restored
+
+
+def test_cosformer_wide_dtypes_are_the_builds():
+    """The dtypes whose Cosformer takes D above 128 in the Python layer are those the build gives the
+    512-feature block (in the kernels that hold all features alone), and the narrow limit is the
+    others' widest block halved."""
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+    assert tuple(names[d] for d in la.COSFORMER_WIDE_DTYPES) == spec.COSFORMER_BLOCK_DTYPES
+    for dtype in set(names.values()) - set(spec.COSFORMER_BLOCK_DTYPES):
+        assert 2 * la.MAX_NARROW_COSFORMER_HEAD_DIM == max(spec.BLOCKS[dtype])
+    assert spec.COSFORMER_BLOCK == 2 * la.MAX_HEAD_DIM
+    built = {(v.spec.name, v.key_dict["dtype"]) for k in spec.KERNELS for v in k.variants()
+             if v.key_dict.get("BK") == spec.COSFORMER_BLOCK}
+    assert built == {(name, dtype) for name in ("la_state", "la_fwd", "la_bwd_dv", "la_decode")
+                     for dtype in spec.COSFORMER_BLOCK_DTYPES}

@@ -112,11 +112,16 @@ def test_fused_backward_every_mode(phi, causal, cosformer, gqa, dtype):
     (1, 2, 2, 4099, 128, 128, False),  # several segments (the scan)
     (2, 8, 2, 1000, 64, 96, True),
     (1, 2, 1, 777, 256, 256, False),  # the largest head dims
-    (1, 2, 2, 513, 128, 24, True),    # the largest Cosformer head dim
+    (1, 2, 2, 513, 128, 24, True),    # Cosformer at the 256 block
     (1, 3, 1, 1100, 128, 130, True),  # Cosformer at 256 features, Dv one column past a tile
     (2, 4, 2, 64, 80, 72, False),
 ])
 def test_odd_shapes(b, h, hkv, n, d, dv, cosformer, dtype):
+    check_odd_shape(b, h, hkv, n, d, dv, cosformer, dtype)
+
+
+def check_odd_shape(b, h, hkv, n, d, dv, cosformer, dtype):
+    """Causal fwd and bwd against float64, from a poisoned allocator."""
     q, k, v = make(b, h, hkv, n, d, dv, dtype)
     cos, sin = weights(n) if cosformer else (None, None)
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
@@ -154,6 +159,21 @@ def test_bidirectional_segments_at_256_features(b, h, hkv, n, phi):
     out = la.fwd(q, k, v, False, phi, 1e-6, scale=0.37)
     ref, _, _ = reference(q, k, v, phi, False, None, None, 0.37)
     assert_close("out", out, ref, torch.bfloat16)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("gqa", [False, True])
+@pytest.mark.parametrize("phi", PHIS)
+def test_cosformer_above_128_features(phi, gqa, causal):
+    """Cosformer at D 200 in bf16: 400 features, the 512 block that only the run-time map builds
+    (spec.COSFORMER_BLOCK), forward and backward in every mode."""
+    check_mode(phi, causal, True, torch.bfloat16, 4, 2 if gqa else 4, 200, 72)
+
+
+@pytest.mark.parametrize("b,h,hkv,n,d,dv", [(1, 2, 1, 1100, 256, 256), (2, 4, 2, 300, 136, 40), (3, 2, 2, 5, 256, 24)])
+def test_cosformer_512_features_odd_shapes(b, h, hkv, n, d, dv):
+    """The 512 block at the largest head dims, with padded features (2 x 144) and a few rows."""
+    check_odd_shape(b, h, hkv, n, d, dv, True, torch.bfloat16)
 
 
 @pytest.mark.parametrize("cosformer", [False, True])
@@ -247,10 +267,10 @@ def test_states_and_their_gradients(dtype, causal, cosformer):
         assert_close(name, leaf.grad, r, dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("cosformer", [False, True])
-def test_streaming_and_decode_match_one_call(dtype, cosformer):
-    b, h, hkv, n, d, dv = 2, 8, 2, 2100, 64, 64
+@pytest.mark.parametrize("dtype,cosformer,d", [*((t, c, 64) for t in DTYPES for c in (False, True)),
+                                               (torch.bfloat16, True, 192)])  # 192: the 512 block
+def test_streaming_and_decode_match_one_call(dtype, cosformer, d):
+    b, h, hkv, n, dv = 2, 8, 2, 2100, 64
     q, k, v = make(b, h, hkv, n, d, dv, dtype)
     cos, sin = weights(n) if cosformer else (None, None)
     full, full_st = la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin, return_state=True)
@@ -321,11 +341,18 @@ def test_outside_the_kernels_limits_uses_the_fallback():
     assert not la.is_supported(q, k, v)
     out = la.fwd(q, k, v, is_causal=True)
     assert_close("out", out, reference(q, k, v, "elu+1", True, None, None, 1.0)[0], torch.bfloat16)
-    q, k, v = make(1, 2, 2, 10, 160, 16, torch.bfloat16)
+    with pytest.raises(ValueError, match=r"take D and Dv up to 256, got D=272"):
+        torch.ops.neuralops.linear_attn_fwd(q, k, v, None, None, None, None, "elu+1", True, 1e-6, 1.0, False)
+    # Cosformer above D 128 has kernels in bf16 alone (spec.COSFORMER_BLOCK_DTYPES)
     cos, sin = weights(10)
-    assert la.is_supported(q, k, v) and not la.is_supported(q, k, v, cos_weight=cos)
-    with pytest.raises(ValueError, match=r"D up to 128 under Cosformer"):
-        torch.ops.neuralops.linear_attn_fwd(q, k, v, cos, sin, None, None, "elu+1", True, 1e-6, 1.0, False)
+    for dtype in (torch.float16, torch.float32):
+        q, k, v = make(1, 2, 2, 10, 136, 16, dtype)
+        assert la.is_supported(q, k, v) and not la.is_supported(q, k, v, cos_weight=cos)
+        out = la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin)
+        assert_close("out", out, reference(q, k, v, "elu+1", True, cos, sin, 1.0)[0], dtype)
+        with pytest.raises(ValueError, match=r"no kernel block holds 288 features"):
+            torch.ops.neuralops.linear_attn_fwd(q, k, v, cos, sin, None, None, "elu+1", True, 1e-6, 1.0, False)
+    assert la.is_supported(*make(1, 2, 2, 10, 136, 16, torch.bfloat16), cos_weight=cos)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

@@ -13,7 +13,9 @@ else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time 
 forward (la_fwd_wgmma: bf16, blocks 64, 128 and 256, three maps, the plain forward and the stats pass)
 and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128, _wgmma_dq_built: dq with the
 stats for three maps and without them for softmax_free; block 128: dv and dk for three maps; block
-64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES, WGMMA_BWD_TILES) = 347 variants. The bf16
+64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES, WGMMA_BWD_TILES) + the 7 of Cosformer's
+512 block (COSFORMER_BLOCK, bf16: the state pass, the forward and dv in two modes and the decode
+kernel) = 354 variants. The bf16
 tiles of blocks 64 and 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64;
 at 128 features the state pass and the forward have their own, STATE_TILES and FWD_TILES, and the
 bidirectional forward BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins
@@ -52,6 +54,10 @@ TILES = {
     ("fp16", 128): (32, 64, 8, 2),
     ("fp16", 256): (32, 32, 8, 2),
     ("fp32", 256): (16, 16, 4, 1),
+    # Cosformer above 128 features (COSFORMER_BLOCK; the dv pass's tile, the others' below): a
+    # [512, BT] fp32 state is 64 registers per thread at BT 32 with 8 warps; one stage keeps the
+    # 512-wide q and k tiles under 99 KB.
+    ("bf16", 512): (32, 32, 8, 1),
 }
 # The state pass and the forward hold all of Dv in one program at 128 features in bf16 (features
 # computed once per row, not once per Dv tile). H200 sweep at B1 H16 N65536 D128 (Triton JIT, each
@@ -62,8 +68,13 @@ TILES = {
 # bytes in its backward mode: AOT, 263 -> 136 us forward and 457 -> 160 us backward. The causal
 # forward keeps (32, 32, 8, 2): Cosformer's 128 features (FEAT 0) and fp16 run it, and its Dv tile is
 # the Gluon walk's (WGMMA_FWD_TILES). sm_90 has its own for both (ARCH_TILES).
-STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3), ("bf16", 256): (32, 64, 4, 2)}
-FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2)}
+# At 512 (Cosformer, D 256; thirty-seventh session, H100 JIT sweep at B4 H16 N4096 D256, each kernel
+# alone, benchmarks/tune_linear_attn.py --cosformer --shapes 2): the state pass 1.55 ms with the shared
+# (32, 32, 8, 1), 0.76 ms with (16, 64, 8, 1); the causal forward 30.9 ms, 6.44 ms with (16, 32, 8, 2)
+# (9.15 with one stage; every other tile 10-39 ms: the [512, BT] state and z's [512, 16] tile leave
+# little room).
+STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3), ("bf16", 256): (32, 64, 4, 2), ("bf16", 512): (16, 64, 8, 1)}
+FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2), ("bf16", 512): (16, 32, 8, 2)}
 # The bidirectional forward (CAUSAL = 0) keeps only the fixed state's bf16 operand for its loop.
 # While that was a hi + lo pair, all of Dv in one program at 128 features held 64 KB of it in
 # registers (3.8x the memory floor at B4 H16 N4096) and Dv tiles of 64 won. With one bf16 rounding
@@ -71,8 +82,10 @@ FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8,
 # H200 JIT sweep, B4 H16 N4096 D128 0.119 -> 0.100 ms, B1 H16 N65536 D128 0.401 -> 0.328 ms (with
 # segment_count's two programs per SM; results/linear_attn.md, tenth session). At 256 (JIT sweep, B4
 # H16 N4096 D256): 0.958 ms with (32, 32, 8, 2), 0.284 ms with (64, 64, 8, 2), no spill; sm_90 has
-# its own (ARCH_TILES).
-BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (64, 64, 8, 2)}
+# its own (ARCH_TILES). At 512 (the sweep above) (32, 32, 8, 1), 1.67 ms: (16, 64, 8, 1) took 1.99,
+# and the faster ones need sm_90's shared memory (ARCH_TILES).
+BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (64, 64, 8, 2),
+                   ("bf16", 512): (32, 32, 8, 1)}
 
 
 # The causal forward walk in Gluon (fwd_wgmma.py, sm_90 only) where it is built: bf16, one feature
@@ -118,6 +131,22 @@ def fwd_table(causal: int) -> str:
 VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 4, 2), ("bf16", 128): (64, 32, 4, 2), ("bf16", 256): (16, 64, 8, 1),
                ("fp16", 256): (16, 32, 8, 1)}
 BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
+# Cosformer doubles the features (F = 2 D): at D > 128 they take a block of 512, which only the
+# kernels whose block holds all F features (BK: the Dv-tiled ones and the decode kernel) build, and
+# only for the run-time map (FEAT 0), the one Cosformer runs; dq's and dk's block holds Dv (<= 256).
+# bf16 alone: with fp16's tf32 operands the causal dv pass needs 128 KB of shared memory per block
+# at 512 features, and with fp32's tf32x3 the forward 128 KB and dv 192 KB, over the 99 KB of sm_80's
+# cubins at the smallest tiles (C 16, Dv 16, one stage). neuralops/core/triton_kernels/linear_attn.py
+# COSFORMER_WIDE_DTYPES holds the same (a CPU test checks).
+COSFORMER_BLOCK = 512
+COSFORMER_BLOCK_DTYPES = ("bf16",)
+
+
+def feature_blocks(dtype: str, feat: int) -> tuple[int, ...]:
+    """The blocks of all F features built for `dtype` tensors and the feature key FEAT."""
+    wide = feat == 0 and dtype in COSFORMER_BLOCK_DTYPES
+    return (*BLOCKS[dtype], COSFORMER_BLOCK) if wide else BLOCKS[dtype]
+
 
 TABLES = {"TILES": TILES, "STATE_TILES": STATE_TILES, "FWD_TILES": FWD_TILES, "BIDIR_FWD_TILES": BIDIR_FWD_TILES,
           "VALUE_TILES": VALUE_TILES}
@@ -145,11 +174,14 @@ TABLES = {"TILES": TILES, "STATE_TILES": STATE_TILES, "FWD_TILES": FWD_TILES, "B
 #   ms; Cosformer D128 bidirectional 0.358 -> 0.264 ms, causal fwd 1.016 -> 0.959 ms. The state pass
 #   (32, 128, 8, 3) with the other bidirectional tile (128, 128, 8, 1) measured in between (0.382,
 #   0.273 ms).
+# - Cosformer's bidirectional forward at 512 features (thirty-seventh session, H100 JIT sweep at B4
+#   H16 N4096 D256) (32, 128, 8, 1), 176 KB: 1.67 -> 0.955 ms; (16, 128, 8, 1) 1.14 ms.
 ARCH_TILES = {
     90: {"TILES": {("bf16", 256): (64, 64, 8, 2)},
          "STATE_TILES": {("bf16", 256): (16, 128, 8, 4)},
          "FWD_TILES": {("bf16", 256, 0): (16, 128, 8, 1)},
-         "BIDIR_FWD_TILES": {("bf16", 256): (64, 128, 8, 3), ("bf16", 256, 0): (64, 128, 8, 2)}},
+         "BIDIR_FWD_TILES": {("bf16", 256): (64, 128, 8, 3), ("bf16", 256, 0): (64, 128, 8, 2),
+                             ("bf16", 512): (32, 128, 8, 1)}},
 }
 
 
@@ -292,7 +324,7 @@ def _decode_params(ptr: str) -> tuple:
 
 
 # The decode kernel holds a [BK, BT] fp32 state tile with 4 warps: 64 registers per thread at most.
-DECODE_BT = {64: 64, 128: 64, 256: 32}
+DECODE_BT = {64: 64, 128: 64, 256: 32, 512: 16}
 DECODE_WARPS = 4
 
 _SCAN_PARAMS = (
@@ -362,13 +394,17 @@ def _spec(name: str) -> KernelSpec:
         return {"C": c, block: key[block], other: t, "PREC": PRECISION[key["dtype"]], mode: key[mode],
                 "FEAT": key["FEAT"], **{k: key[k] for k in extra}}
 
-    blocks = sorted({b for bs in BLOCKS.values() for b in bs})
+    def built(key: dict) -> bool:
+        blocks = feature_blocks(key["dtype"], key["FEAT"]) if block == "BK" else BLOCKS[key["dtype"]]
+        return key[block] in blocks and extra_built(key)
+
+    blocks = sorted({b for dtype in BLOCKS for b in feature_blocks(dtype, 0)})
     keys = {"dtype": tuple(BLOCKS), block: tuple(blocks), mode: (0, 1), "FEAT": FEATURES, **extra}
     return KernelSpec(name=name, function=f"{name}_kernel", params=params("*{dtype}:16"), keys=keys,
                       constexprs=constexprs,
                       num_warps=lambda key: tile(key)[2], num_stages=lambda key: tile(key)[3],
                       max_stages=MAX_STAGES.get(name, {}),
-                      include=lambda key: key[block] in BLOCKS[key["dtype"]] and extra_built(key))
+                      include=built)
 
 
 def _wgmma_spec(name: str, source: str, params, tiles: dict, block: str, extra_keys: dict, constexprs,
@@ -421,9 +457,10 @@ KERNELS = [
     *(_spec(name) for name in _KERNELS),
     *WGMMA_KERNELS,
     KernelSpec(name="la_decode", function="la_decode_kernel", params=_decode_params("*{dtype}:16"),
-               keys={"dtype": tuple(BLOCKS), "BK": (64, 128, 256)},
+               keys={"dtype": tuple(BLOCKS), "BK": tuple(DECODE_BT)},
                constexprs=lambda key: {"BK": key["BK"], "BT": DECODE_BT[key["BK"]]},
-               num_warps=DECODE_WARPS, num_stages=1, include=lambda key: key["BK"] in BLOCKS[key["dtype"]]),
+               num_warps=DECODE_WARPS, num_stages=1,
+               include=lambda key: key["BK"] in feature_blocks(key["dtype"], 0)),
     KernelSpec(name="la_scan", function="la_scan_kernel", params=_SCAN_PARAMS, keys={"dtype": ("fp32",)},
                constexprs=lambda key: SCAN_CONSTEXPRS, num_warps=4, num_stages=2),
 ]

@@ -27,8 +27,8 @@ Gradients flow to ``initial_state`` and from the returned state.
 
 Dtypes fp16, bf16, fp32 on CUDA (fp32 accumulation; dot operands in bf16 for bf16 tensors, tf32
 for fp16, tf32x3 for fp32), any floating dtype on the fallback; D and Dv up to 256 on the kernels
-(D up to 128 under Cosformer), any N >= 1, any strides with a unit last stride (a transposed
-``[B, N, H, D]`` view is read in place).
+(under Cosformer D above 128 in bf16 alone), any N >= 1, any strides with a unit last stride (a
+transposed ``[B, N, H, D]`` view is read in place).
 Causal mode is chunked: O(N) memory, never an N x N matrix. For the backward, autograd saves the
 inputs and the forward's per-segment states (fp32 ``[B, Hkv, G, D*Dv + D]``, padded to 16, with G a
 few segments per multiprocessor-wave: 4 MB at B4 H16 N4096 D64), which the backward would otherwise
@@ -54,14 +54,20 @@ from neuralops.core.suitability import kernels_ready, register_op_limits
 
 PHIS = ("elu+1", "relu", "identity", "softmax_free")
 MAX_HEAD_DIM = 256
-MAX_COSFORMER_HEAD_DIM = 128
+# Cosformer doubles the features: above D = 128 it needs the 512-feature kernels, built for bf16
+# alone (triton_src/linear_attn/spec.py COSFORMER_BLOCK_DTYPES says why; a CPU test keeps the two equal).
+COSFORMER_WIDE_DTYPES = (torch.bfloat16,)
+MAX_NARROW_COSFORMER_HEAD_DIM = 128
 _CHUNK = 64  # rows per step of the fallback's causal scan
 
 
-def _limits(head_dim: int = 0, seq_len: int = 0, value_dim: int = 0, cosformer: bool = False, **_: Any) -> str | None:
-    max_d = MAX_COSFORMER_HEAD_DIM if cosformer else MAX_HEAD_DIM
-    if head_dim > max_d:
-        return f"the kernels take head_dim up to {max_d}{' under Cosformer' if cosformer else ''}, got {head_dim}"
+def _limits(head_dim: int = 0, seq_len: int = 0, value_dim: int = 0, cosformer: bool = False,
+            dtype: torch.dtype | None = None, **_: Any) -> str | None:
+    if head_dim > MAX_HEAD_DIM:
+        return f"the kernels take head_dim up to {MAX_HEAD_DIM}, got {head_dim}"
+    if cosformer and head_dim > MAX_NARROW_COSFORMER_HEAD_DIM and dtype not in COSFORMER_WIDE_DTYPES:
+        return (f"under Cosformer the kernels take head_dim up to {MAX_NARROW_COSFORMER_HEAD_DIM} for {dtype} "
+                f"({MAX_HEAD_DIM} for bfloat16), got {head_dim}")
     if value_dim > MAX_HEAD_DIM:
         return f"the kernels take a value head dim up to {MAX_HEAD_DIM}, got {value_dim}"
     if seq_len >= 2**31:
@@ -302,7 +308,8 @@ def is_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: An
         return False
     if k.device != q.device or v.device != q.device or not kernels_ready(q):
         return False
-    return _limits(q.shape[3], q.shape[2], v.shape[3], kwargs.get("cos_weight") is not None) is None
+    cosformer = kwargs.get("cos_weight") is not None
+    return _limits(q.shape[3], q.shape[2], v.shape[3], cosformer, q.dtype if cosformer else None) is None
 
 
 def _state_args(q: torch.Tensor, state: LinearAttnState | None) -> tuple:
@@ -325,7 +332,8 @@ def _on_kernels(q: Any, k: Any, v: Any, cos: Any) -> int:
     qs, vs = q.shape, v.shape
     if len(qs) != 4 or len(vs) != 4:
         return 0
-    return ready if _limits(qs[3], qs[2], vs[3], cos is not None) is None else 0
+    # q.dtype only under Cosformer: an attribute read costs the plain calls host time
+    return ready if _limits(qs[3], qs[2], vs[3], cos is not None, q.dtype if cos is not None else None) is None else 0
 
 
 def fwd(

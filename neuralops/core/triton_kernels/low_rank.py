@@ -43,7 +43,7 @@ BACKENDS = ("auto", "triton", "cublas")
 _INT32_MAX = 2**31 - 1
 
 
-def _limits(rows: int = 0, in_features: int = 0, rank: int = 0, out_features: int = 0) -> str | None:
+def _limits(rows: int = 0, in_features: int = 0, rank: int = 0, out_features: int = 0, **_: Any) -> str | None:
     # The kernels take sizes as 32-bit integers (offsets are 64-bit).
     sizes = {"rows": rows, "in_features": in_features, "rank": rank, "out_features": out_features}
     too_big = [f"{name}={value}" for name, value in sizes.items() if value > _INT32_MAX]
