@@ -34,6 +34,9 @@ CASES = {
     "fbc128": lambda: fwd_bwd_case(4, 16, 4096, 128, cosformer=True),
     "bc128": lambda: fwd_case(4, 16, 4096, 128, False, cosformer=True),
     "fc128": lambda: fwd_case(4, 16, 4096, 128, True, cosformer=True),
+    "fbc256": lambda: fwd_bwd_case(4, 16, 4096, 256, cosformer=True),
+    "bc256": lambda: fwd_case(4, 16, 4096, 256, False, cosformer=True),
+    "fc256": lambda: fwd_case(4, 16, 4096, 256, True, cosformer=True),
 }
 
 

@@ -1,32 +1,31 @@
 """The linear attention kernel specializations the build compiles (read by triton_src.aot).
 
 Each kernel is keyed by dtype (bf16, fp16, fp32: the pointer types and the dot precision, see
-PRECISION) and one block size: the padded contraction dimension that a program holds in full (all
-F = parts * D features for the Dv-tiled kernels, all of Dv for the dq/dk kernels): 64, 128 and 256
-for 16-bit tensors, 256 only for fp32 (tf32x3 dots, correctness rather than speed). The four
-kernels with a causal and a bidirectional mode also take it as a key, the state pass its
-forward or backward mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything
-else (normalization, GQA, states, stats, and phi under Cosformer) is a run-time argument:
-5 kernels * 2 modes * 4 feature maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan
-+ the 16 of dq with the stats (STATS: bf16 and fp16, see FUSED_BLOCK) and the 8 of dk with dv
-(WITH_DV: bf16) + the 18 of the Gluon causal
-forward (la_fwd_wgmma: bf16, blocks 64, 128 and 256, three maps, the plain forward and the stats pass)
-and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128, _wgmma_dq_built: dq with the
-stats for three maps and without them for softmax_free; block 128: dv and dk for three maps; block
-64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES, WGMMA_BWD_TILES) + the 7 of Cosformer's
-512 block (COSFORMER_BLOCK, bf16: the state pass, the forward and dv in two modes and the decode
-kernel) = 354 variants. The bf16
-tiles of blocks 64 and 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64;
-at 128 features the state pass and the forward have their own, STATE_TILES and FWD_TILES, and the
-bidirectional forward BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins
-(benchmarks/cubin_stats.py: 8 warps at 128 features), dq's and dk's at 128 from a sweep of AOT
-builds (benchmarks/aot_with_tile.py, see VALUE_TILES); the others keep the running state at most
-32 KB of registers per program and shared memory under 99 KB (the opt-in limit of sm_86, sm_89 and
-sm_120, which also run the sm_80 cubins). The build enforces that limit (triton_src/aot/compiler.py
-compile_tasks): the causal dv kernel at (bf16, 128) and (fp16, 256), which needs 104-130 KB with its
-two stages, is built with one for sm_80 and sm_120. Where sm_90's 227 KB allow faster tiles, it
-compiles its own (ARCH_TILES; the tile of a (dtype, block) may also differ per feature map), and
-the op reads the tiles of the cubin that runs on its device.
+PRECISION) and one block size: the padded contraction dimension that a program holds in full (all F
+= parts * D features for the Dv-tiled kernels, all of Dv for the dq/dk kernels): 64, 128 and 256 for
+16-bit tensors, 256 only for fp32 (tf32x3 dots, correctness rather than speed). The four kernels
+with a causal and a bidirectional mode also take it as a key, the state pass its forward or backward
+mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything else (normalization,
+GQA, states, stats, and phi under Cosformer) is a run-time argument: 5 kernels * 2 modes * 4 feature
+maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan + the 16 of dq with the stats
+(STATS: bf16 and fp16, see FUSED_BLOCK) and the 8 of dk with dv (WITH_DV: bf16) + the 18 of the
+Gluon causal forward (la_fwd_wgmma: bf16, blocks 64, 128 and 256, three maps, the plain forward and
+the stats pass) and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128,
+_wgmma_dq_built: dq with the stats for three maps and without them for softmax_free; block 128: dv
+and dk for three maps; block 64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES,
+WGMMA_BWD_TILES) + the 7 of Cosformer's 512 block (COSFORMER_BLOCK, bf16: the state pass, the
+forward and dv in two modes and the decode kernel) = 354 variants. The bf16 tiles of blocks 64 and
+128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state
+pass and the forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward
+BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128
+features), dq's and dk's at 128 from a sweep of AOT builds (benchmarks/aot_with_tile.py, see
+VALUE_TILES); the others keep the running state at most 32 KB of registers per program and shared
+memory under 99 KB (the opt-in limit of sm_86, sm_89 and sm_120, which also run the sm_80 cubins).
+The build enforces that limit (triton_src/aot/compiler.py compile_tasks): the causal dv kernel at
+(bf16, 128) and (fp16, 256), which needs 104-130 KB with its two stages, is built with one for sm_80
+and sm_120. Where sm_90's 227 KB allow faster tiles, it compiles its own (ARCH_TILES; the tile of a
+(dtype, block) may also differ per feature map), and the op reads the tiles of the cubin that runs
+on its device.
 
 Pointers to q, k, v and the gradients, their batch, head and row strides, and D and Dv carry
 16-divisibility hints in every variant: csrc/ops/linear_attn.cpp guarantees them, so there is no

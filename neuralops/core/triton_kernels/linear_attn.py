@@ -332,8 +332,9 @@ def _on_kernels(q: Any, k: Any, v: Any, cos: Any) -> int:
     qs, vs = q.shape, v.shape
     if len(qs) != 4 or len(vs) != 4:
         return 0
+    cosformer = cos is not None
     # q.dtype only under Cosformer: an attribute read costs the plain calls host time
-    return ready if _limits(qs[3], qs[2], vs[3], cos is not None, q.dtype if cos is not None else None) is None else 0
+    return ready if _limits(qs[3], qs[2], vs[3], cosformer, q.dtype if cosformer else None) is None else 0
 
 
 def fwd(
