@@ -17,6 +17,7 @@ candidate replaces them on every architecture and feature map (spec.replace_tile
         [--kinds state,fwd,bidir,bidir_call,bwd] [--cosformer] [--seg-len ROWS] \
         [--tiles "C,T,W,S;..."]   # from the repo root
 
+A state-pass candidate may carry a fifth number, its feature tile (spec.STATE_TILES, "C,T,W,S,BF").
 --cosformer runs the kernels with Cosformer weights (their run-time-map variant, FEAT 0: 128
 features take the 256-feature block, 256 the 512-feature block).
 """

@@ -9,7 +9,8 @@ import triton
 
 from triton_src.linear_attn import kernels as K
 from triton_src.linear_attn.spec import (DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
-                                         dk_dv_built, dq_stats_built, feature_blocks, feature_key, fwd_table, tile_of)
+                                         dk_dv_built, dq_stats_built, feature_blocks, feature_key, fwd_table,
+                                         state_feature_tile, tile_of)
 
 
 def pad16(x: int) -> int:
@@ -114,6 +115,9 @@ class _Setup:
         # (C, BT, launch options, Dv tiles) of the state pass, the forward and the dv pass.
         self.state, self.fwd, self.dvt = (self._tiles(tile_of(t, self.arch, self.dtype, self.bk, self.feat))
                                           for t in ("STATE_TILES", fwd_table(self.causal), "TILES"))
+        # The state pass's feature tile, and its programs per segment and head: Dv x feature tiles.
+        self.state_bf = state_feature_tile(tile_of("STATE_TILES", self.arch, self.dtype, self.bk, self.feat), self.bk)
+        self.state = (*self.state[:3], self.state[3] * triton.cdiv(self.n_parts * self.dp, self.state_bf))
         self.nt = self.fwd[3]
         # Segments hold whole chunks of the backward's dq / dk kernels too (as csrc's make_plan).
         bkv = block_for(self.dtype, self.dvp)
@@ -154,7 +158,7 @@ class _Setup:
             self.sw_b = 0
 
     def _tiles(self, tile):
-        c, bt, warps, stages = tile
+        c, bt, warps, stages = tile[:4]
         return c, bt, dict(num_warps=warps, num_stages=stages), triton.cdiv(self.dvp, bt)
 
     def dims(self):
@@ -201,7 +205,7 @@ class _Setup:
             heads, self.n, *self.dims(), self.g * r, self.l // r, g_first, n_walk, self.phi_kind, self.n_parts,
             self.normalize if grads else 0, scale,
             *_st(keys), *_st(values), self.sw_b, self.ep,
-            C=c, GRADS=int(grads), BK=self.bk, BT=bt, PREC=self.prec, FEAT=self.feat, **launch)
+            C=c, GRADS=int(grads), BK=self.bk, BF=self.state_bf, BT=bt, PREC=self.prec, FEAT=self.feat, **launch)
 
     def fwd_pass(self, o, states, scale, eps, sf=None, zf=None, write_final=False, den=None, dl=None):
         """la_fwd_kernel from forward_states' `states`: outputs into o, or with den and dl (the

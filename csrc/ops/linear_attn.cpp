@@ -463,7 +463,8 @@ struct Plan {
   at::ScalarType dtype;
   int64_t dp, dvp, bk;
   int64_t feat;  // the kernels' compiled-in feature map (feature_key)
-  int64_t nt_state, nt, nt_dv;  // Dv tiles of the state pass, the forward (and stats), the dv pass
+  // Tiles of the state pass (Dv tiles x feature tiles), Dv tiles of the forward (and stats) and the dv pass
+  int64_t nt_state, nt, nt_dv;
   int64_t g, l, f, fd, e, ep;
   // The state passes' splits (state_split): g * r sub-segments of l / r rows for the forward
   // states, g * r_rev for the backward's reverse states.
@@ -495,7 +496,7 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   const auto c_state = aot::la_state_constexprs({p.dtype, p.bk, 0, p.feat}, device);
   const auto c_fwd = aot::la_fwd_constexprs({p.dtype, p.bk, causal, p.feat}, device);
   const auto c_dv = aot::la_bwd_dv_constexprs({p.dtype, p.bk, causal, p.feat}, device);
-  p.nt_state = ceil_div(p.dvp, c_state.BT);
+  p.nt_state = ceil_div(p.dvp, c_state.BT) * ceil_div(sh.parts * p.dp, c_state.BF);
   p.nt = ceil_div(p.dvp, c_fwd.BT);
   p.nt_dv = ceil_div(p.dvp, c_dv.BT);
   // A segment must hold whole chunks of every kernel that walks it, and the backward's dq and dk

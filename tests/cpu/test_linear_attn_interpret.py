@@ -327,6 +327,33 @@ def test_state_kernel_grads_mode_matches_reference(cos):
     assert rel_error(x[..., f * dv: f * dv + f], ref_z) < 1e-5
 
 
+@pytest.mark.parametrize("grads", [False, True], ids=["forward", "grads"])
+@pytest.mark.parametrize("d,cos", [(72, False), (40, True)], ids=["one part", "cosformer"])
+def test_state_kernel_in_feature_tiles(d, cos, grads):
+    """A state tile narrower than the block (spec.state_feature_tile): 32 features of the 128 block
+    per program (three tiles over 80 padded features, the last part padding; under Cosformer 16 of
+    each part), the sums and z as with the whole block."""
+    b, h, hkv, n, dv = 1, 2, 1, 70, 24
+    q, k, v = make(b, h, hkv, n, d, dv, torch.bfloat16)
+    w = cosformer(n) if cos else (None, None)
+    args = ()
+    if grads:  # grad_out (padded as the op pads it), den, dl
+        args = (drv._padded(torch.randn(b, h, n, dv).to(torch.bfloat16), 32, 0.0), torch.rand(b, h, n) + 0.5,
+                torch.randn(b, h, n))
+    heads = h if grads else hkv
+    sums = []
+    for tile, feature_tile in ((spec.tile_of("STATE_TILES", None, "bf16", 128, 0), 128), ((32, 32, 4, 2, 32), 32)):
+        with spec.tile_replaced("STATE_TILES", ("bf16", 128), tile):
+            st = drv._Setup(q, k, v, "elu+1", True, *w, 32)
+            assert (st.bk, st.state_bf) == (128, feature_tile)
+            x = torch.full((b, heads, st.g, st.ep), float("nan"))
+            st.state_sums(x, *args)
+            sums.append(x[..., :st.e])
+    assert st.state[3] == 3, "one Dv tile x three feature tiles"
+    assert not sums[1].isnan().any()
+    assert rel_error(sums[1], sums[0]) < 1e-6
+
+
 @pytest.mark.parametrize("grads", [False, True])
 def test_state_kernel_walks_only_its_segments(grads):
     """g_first and n_walk: the segments outside them stay unwritten (the causal calls' left-out end

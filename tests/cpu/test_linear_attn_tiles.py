@@ -36,18 +36,21 @@ def test_every_override_is_compiled_for_its_arch_alone():
                         want = shared
                     assert _compiled(v, arch, other)[:3] == want[:3], (v.name, arch)
                     assert v.num_stages(arch) == want[3]
+                    if name == "la_state":  # and the feature tile, the block where the tile has none
+                        assert v.constexprs(arch)["BF"] == spec.state_feature_tile(want, k["BK"]), (v.name, arch)
                     for other_arch in {80, 90, 100, 120} - {arch}:
                         assert _compiled(v, other_arch, other)[:3] == shared[:3], (v.name, other_arch)
                     checked += 1
     assert checked >= 16
 
 
-def test_the_sm90_tiles_measured_on_the_h200():
-    """On sm_90 the state pass and the bidirectional forward take their own tiles at 256 (Cosformer's
+def test_the_sm90_tiles_measured_on_hoppers():
+    """On sm_90 the state pass (in 128-feature tiles but for Cosformer's) and the bidirectional forward
+    take their own tiles at 256 (Cosformer's
     bidirectional forward, FEAT 0, its own too), and so does Cosformer's causal forward; the other
     maps keep the causal one (the Gluon walk's Dv tile)."""
     for table, feat, tile in (("TILES", 2, (64, 64, 8, 2)), ("TILES", 0, (64, 64, 8, 2)),
-                              ("STATE_TILES", 2, (16, 128, 8, 4)), ("STATE_TILES", 0, (16, 128, 8, 4)),
+                              ("STATE_TILES", 2, (64, 128, 4, 3, 128)), ("STATE_TILES", 0, (16, 128, 8, 4)),
                               ("BIDIR_FWD_TILES", 3, (64, 128, 8, 3)), ("BIDIR_FWD_TILES", 0, (64, 128, 8, 2)),
                               ("FWD_TILES", 0, (16, 128, 8, 1)), ("FWD_TILES", 2, spec.FWD_TILES["bf16", 256])):
         assert spec.tile_of(table, 90, "bf16", 256, feat) == tile, (table, feat)

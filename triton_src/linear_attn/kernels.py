@@ -425,8 +425,8 @@ def la_state_kernel(
     HKV, N, D, DV, DS, DVS, G, L, g_first, n_walk, phi_kind, n_parts, normalize,
     scale,
     sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sw_b, EP,
-    C: tl.constexpr, GRADS: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
-    FEAT: tl.constexpr,
+    C: tl.constexpr, GRADS: tl.constexpr, BK: tl.constexpr, BF: tl.constexpr, BT: tl.constexpr,
+    PREC: tl.constexpr, FEAT: tl.constexpr,
 ):
     """x[b, hk, g] = (sum kf^T v, sum kf) over segment g (GRADS = 0: the forward; scale unused),
     for the n_walk segments from g_first on, of the G in x. A causal call leaves out the one whose
@@ -435,12 +435,23 @@ def la_state_kernel(
 
     GRADS = 1 (backward): the same sums of the query side, (sum qf^T g, sum qf r) per query head
     (k_ptr is q, v_ptr grad_out, HKV the number of query heads, den and dl from the stats pass):
-    the reverse scan's input. Grid: Dv tiles x n_walk x B*Hkv (fastest first)."""
+    the reverse scan's input.
+
+    A program sums one [BF, BT] tile of S (and BF of z): feature tiles of BF columns (the module
+    doc's layout: under Cosformer a tile holds BF / 2 of D in each part) times Dv tiles of BT. The
+    sums contract over rows, not features, so a tile narrower than the block BK needs nothing from
+    the others, and its program holds a smaller accumulator (spec.STATE_TILES).
+    Grid: (Dv tiles x feature tiles) x n_walk x B*Hkv (fastest first)."""
+    tl.static_assert(BK % BF == 0)
     wait_for_primary()  # first: in the backward it reads the stats pass's den and dl
     if FEAT > 0:  # the feature map compiled in (spec.FEATURES)
         phi_kind = FEAT - 1
         n_parts = 1
-    t, _, g, bk, b, hk = _program(tl.cdiv(DV, BT), 1, n_walk, HKV)
+    n_dv = tl.cdiv(DV, BT)
+    n_f = tl.cdiv(D, _half_width(BF, n_parts))
+    t, _, g, bk, b, hk = _program(n_dv * n_f, 1, n_walk, HKV)
+    d0 = (t // n_dv) * _half_width(BF, n_parts)
+    t = t % n_dv
     g += g_first
     # Without it, the 3.8 build of the 128-feature pass grew by 430 SASS instructions outside its
     # loop and ran 15% slower on the H200 (152 -> 175 us at B1 H16 N65536).
@@ -449,19 +460,19 @@ def la_state_kernel(
     vb = v_ptr + b * sv_b + hk * sv_h
     vc = t * BT + tl.arange(0, BT)
     v_ok = vc < DV
-    s = tl.zeros((BK, BT), dtype=tl.float32)
-    z = tl.zeros((BK,), dtype=tl.float32)
+    s = tl.zeros((BF, BT), dtype=tl.float32)
+    z = tl.zeros((BF,), dtype=tl.float32)
     if PREC == 1:
-        zc = tl.zeros((BK, SUM_W), dtype=tl.float32)
+        zc = tl.zeros((BF, SUM_W), dtype=tl.float32)
         ones_all = _ones_column(C, False)
     for c0 in range(g * L, tl.minimum(g * L + L, N), C):
         rows = c0 + tl.arange(0, C)
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
         if GRADS:  # qf_i / den_i as the features: v is grad_out, and z's row weights -(dout . out)
             inv, ndl = _row_grad_scales(den_ptr, dl_ptr, bk.to(tl.int64), rows, N, normalize)
-            kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, scale * inv, 1, BK), PREC)
+            kf = _op(_features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, scale * inv, 1, BF), PREC)
         else:
-            kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BK), PREC)
+            kf = _op(_features(kb, rows, N, sk_n, d0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BF), PREC)
         vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], v_ok[None, :])
         s = _mma(tl.trans(kf), vt, s, PREC)
         if PREC == 1:
@@ -475,7 +486,7 @@ def la_state_kernel(
             z += tl.sum(kf.to(tl.float32), 0)
     if PREC == 1:
         z = _z_of(zc)
-    frow, f_ok = _state_rows(BK, 0, DS, n_parts)
+    frow, f_ok = _state_rows(BF, d0, DS, n_parts)
     base = x_ptr + (bk.to(tl.int64) * G + g) * EP
     tl.store(base + frow[:, None] * DVS + vc[None, :], s, mask=f_ok[:, None] & (vc < DVS)[None, :])
     tl.store(base + n_parts * DS * DVS + frow, z, mask=f_ok & (t == 0))

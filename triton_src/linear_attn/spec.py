@@ -2,7 +2,8 @@
 
 Each kernel is keyed by dtype (bf16, fp16, fp32: the pointer types and the dot precision, see
 PRECISION) and one block size: the padded contraction dimension that a program holds in full (all F
-= parts * D features for the Dv-tiled kernels, all of Dv for the dq/dk kernels): 64, 128 and 256 for
+= parts * D features for the Dv-tiled kernels but the state pass, whose tile may take a part of
+them, all of Dv for the dq/dk kernels): 64, 128 and 256 for
 16-bit tensors, 256 only for fp32 (tf32x3 dots, correctness rather than speed). The four kernels
 with a causal and a bidirectional mode also take it as a key, the state pass its forward or backward
 mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything else (normalization,
@@ -72,7 +73,14 @@ TILES = {
 # (32, 32, 8, 1), 0.76 ms with (16, 64, 8, 1); the causal forward 30.9 ms, 6.44 ms with (16, 32, 8, 2)
 # (9.15 with one stage; every other tile 10-39 ms: the [512, BT] state and z's [512, 16] tile leave
 # little room).
-STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3), ("bf16", 256): (32, 64, 4, 2), ("bf16", 512): (16, 64, 8, 1)}
+# A fifth element is the state pass's feature tile (state_feature_tile; none: the whole block): the
+# sums contract over rows, so a [128, 128] tile of a wider S needs nothing from the other programs
+# and holds 64 registers of it per thread with 4 warps, where all features took [512, 64] at 8
+# warps and C 16 (thirty-eighth session, H100 JIT sweep at B4 H16 N4096 D256 Cosformer, the op's
+# causal segments / one segment): (16, 64, 8, 1) 0.767 / 0.758 ms, (32, 128, 4, 4, 128) 0.360 /
+# 0.347 ms; (64, 128, 4, 3, 128) 0.363 / 0.348, 256-feature tiles 0.47-0.81. 64 KB: it fits sm_80.
+STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3), ("bf16", 256): (32, 64, 4, 2),
+               ("bf16", 512): (32, 128, 4, 4, 128)}
 FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2), ("bf16", 512): (16, 32, 8, 2)}
 # The bidirectional forward (CAUSAL = 0) keeps only the fixed state's bf16 operand for its loop.
 # While that was a hi + lo pair, all of Dv in one program at 128 features held 64 KB of it in
@@ -108,6 +116,12 @@ WGMMA_BWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
 # than 255.
 WGMMA_FUSED = (64,)
 WGMMA_ARCHS = (90,)
+
+
+def state_feature_tile(tile: tuple, block: int) -> int:
+    """The state pass's feature tile (la_state_kernel BF): a STATE_TILES tile's fifth element, where
+    it has one, else the whole block."""
+    return tile[4] if len(tile) > 4 else block
 
 
 def fwd_table(causal: int) -> str:
@@ -175,9 +189,16 @@ TABLES = {"TILES": TILES, "STATE_TILES": STATE_TILES, "FWD_TILES": FWD_TILES, "B
 #   0.273 ms).
 # - Cosformer's bidirectional forward at 512 features (thirty-seventh session, H100 JIT sweep at B4
 #   H16 N4096 D256) (32, 128, 8, 1), 176 KB: 1.67 -> 0.955 ms; (16, 128, 8, 1) 1.14 ms.
+# - The state pass in 128-feature tiles (STATE_TILES' fifth element; thirty-eighth session, H100 JIT
+#   sweep, B4 H16 N4096, the op's causal segments / one segment): D256 (64, 128, 4, 3, 128) 0.132 /
+#   0.131 ms against (16, 128, 8, 4)'s 0.178 / 0.154 (96 KB with 3 stages: sm_90 only). AOT A/B on
+#   the H100: the D256 bidirectional call 0.371 -> 0.349 ms (state 157 -> 132 us). Cosformer D128
+#   (FEAT 0) keeps (16, 128, 8, 4): with (64, 128, 8, 3, 128) (JIT 0.114 / 0.103 ms against 0.121 /
+#   0.218) its bidirectional call, two segments and a scan, went 0.263 -> 0.278 ms (state 110 -> 125
+#   us), its causal forward 0.977 -> 0.962 ms.
 ARCH_TILES = {
     90: {"TILES": {("bf16", 256): (64, 64, 8, 2)},
-         "STATE_TILES": {("bf16", 256): (16, 128, 8, 4)},
+         "STATE_TILES": {("bf16", 256): (64, 128, 4, 3, 128), ("bf16", 256, 0): (16, 128, 8, 4)},
          "FWD_TILES": {("bf16", 256, 0): (16, 128, 8, 1)},
          "BIDIR_FWD_TILES": {("bf16", 256): (64, 128, 8, 3), ("bf16", 256, 0): (64, 128, 8, 2),
                              ("bf16", 512): (32, 128, 8, 1)}},
@@ -389,9 +410,10 @@ def _spec(name: str) -> KernelSpec:
         return tile_of(table(key), key["arch"], key["dtype"], key[block], key["FEAT"])
 
     def constexprs(key: dict) -> dict:
-        c, t, _, _ = tile(key)
-        return {"C": c, block: key[block], other: t, "PREC": PRECISION[key["dtype"]], mode: key[mode],
-                "FEAT": key["FEAT"], **{k: key[k] for k in extra}}
+        c, t = tile(key)[:2]
+        feature_tile = {"BF": state_feature_tile(tile(key), key[block])} if name == "la_state" else {}
+        return {"C": c, block: key[block], **feature_tile, other: t, "PREC": PRECISION[key["dtype"]],
+                mode: key[mode], "FEAT": key["FEAT"], **{k: key[k] for k in extra}}
 
     def built(key: dict) -> bool:
         blocks = feature_blocks(key["dtype"], key["FEAT"]) if block == "BK" else BLOCKS[key["dtype"]]
