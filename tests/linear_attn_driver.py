@@ -113,10 +113,11 @@ class _Setup:
         self.prec = PRECISION[self.dtype]
         self.arch = device_arch(q.device)
         # (C, BT, launch options, Dv tiles) of the state pass, the forward and the dv pass.
-        self.state, self.fwd, self.dvt = (self._tiles(tile_of(t, self.arch, self.dtype, self.bk, self.feat))
-                                          for t in ("STATE_TILES", fwd_table(self.causal), "TILES"))
+        state_tile, fwd_tile, dv_tile = (tile_of(t, self.arch, self.dtype, self.bk, self.feat)
+                                         for t in ("STATE_TILES", fwd_table(self.causal), "TILES"))
+        self.state, self.fwd, self.dvt = (self._tiles(t) for t in (state_tile, fwd_tile, dv_tile))
         # The state pass's feature tile, and its programs per segment and head: Dv x feature tiles.
-        self.state_bf = state_feature_tile(tile_of("STATE_TILES", self.arch, self.dtype, self.bk, self.feat), self.bk)
+        self.state_bf = state_feature_tile(state_tile, self.bk)
         self.state = (*self.state[:3], self.state[3] * triton.cdiv(self.n_parts * self.dp, self.state_bf))
         self.nt = self.fwd[3]
         # Segments hold whole chunks of the backward's dq / dk kernels too (as csrc's make_plan).
