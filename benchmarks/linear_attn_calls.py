@@ -46,7 +46,7 @@ def fwd_case(b: int, h: int, n: int, d: int, causal: bool, dtype: torch.dtype = 
 
 
 def fwd_bwd_case(b: int, h: int, n: int, d: int, dtype: torch.dtype = torch.bfloat16,
-                 phi: str = "elu+1", cosformer: bool = False) -> tuple[str, Callable[[], object]]:
+                 phi: str = "elu+1", cosformer: bool = False, causal: bool = True) -> tuple[str, Callable[[], object]]:
     q, k, v = _inputs(b, h, n, d, grad=True, dtype=dtype)
     grad_out = torch.randn_like(q)
     cos, sin = _weights(n, cosformer)
@@ -54,11 +54,11 @@ def fwd_bwd_case(b: int, h: int, n: int, d: int, dtype: torch.dtype = torch.bflo
     def step() -> None:
         for t in (q, k, v):
             t.grad = None
-        FWD(q, k, v, True, phi=phi, cos_weight=cos, sin_weight=sin).backward(grad_out)
+        FWD(q, k, v, causal, phi=phi, cos_weight=cos, sin_weight=sin).backward(grad_out)
 
     tag = (("" if dtype == torch.bfloat16 else " fp16") + ("" if phi == "elu+1" else f" {phi}")
            + (" cosformer" if cosformer else ""))
-    return f"causal fwd+bwd{tag} B{b} H{h} N{n} D{d}", step
+    return f"{'causal' if causal else 'bidirectional'} fwd+bwd{tag} B{b} H{h} N{n} D{d}", step
 
 
 def main() -> None:
@@ -69,6 +69,7 @@ def main() -> None:
              fwd_bwd_case(4, 16, 4096, 128), fwd_bwd_case(1, 16, 65536, 128),
              fwd_case(4, 16, 4096, 64, False), fwd_case(4, 16, 4096, 128, False), fwd_case(1, 16, 65536, 128, False),
              fwd_case(4, 16, 4096, 256, True), fwd_case(4, 16, 4096, 256, False), fwd_bwd_case(4, 16, 4096, 256),
+             fwd_bwd_case(4, 16, 4096, 256, causal=False),
              fwd_case(4, 16, 4096, 128, True, cosformer=True), fwd_case(4, 16, 4096, 128, False, cosformer=True),
              fwd_bwd_case(4, 16, 4096, 128, cosformer=True),
              fwd_case(4, 16, 4096, 256, True, cosformer=True), fwd_case(4, 16, 4096, 256, False, cosformer=True),
