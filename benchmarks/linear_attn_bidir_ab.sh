@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The bidirectional forward at 256 and 512 features, two builds side by side in one short lease:
-# OLD (another tree with its AOT output OLD_AOT) and this tree with NEW_AOT, both installed with
-# --target. The new build's correctness against float64 (benchmarks/linear_attn_bidir_check.py),
-# both builds' kernels (b256 bc128 bc256) and their bidirectional calls, two rounds in alternation
-# with the GPU tests on each new build between them (TESTS: a pytest -k expression, "none" to skip).
+# The bidirectional forward at 256 and 512 features, builds side by side in one short lease: OLD
+# (another tree with its AOT output OLD_AOT) and this tree with NEW_AOT, all installed with
+# --target. Each new build's correctness against float64 (benchmarks/linear_attn_bidir_check.py),
+# every build's kernels (b256 bc128 bc256) and its bidirectional calls (the D256 fwd+bwd too), two
+# rounds in alternation with the GPU tests on each new build between them (TESTS: a pytest -k
+# expression, "none" to skip them).
 # Usage (GPU machine, repository root; AOT outputs from `python -m triton_src.aot --out DIR --archs 90`):
 #   OLD=<dir> OLD_AOT=<dir> NEW_AOT=<dir> [NEW2_AOT=<dir>] [TESTS=<expr>] OUT=/tmp/out \
 #     bash benchmarks/linear_attn_bidir_ab.sh
