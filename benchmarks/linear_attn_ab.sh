@@ -19,6 +19,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-/tmp/neuralops-ab}"
 OLD="$(cd "${OLD:?OLD must name the other tree}" && pwd)"
 mkdir -p "$OUT"
+# A warm machine keeps /tmp between calls, and a CMake build directory configured from another tree
+# fails to configure (forty-first session): every build starts clean.
+rm -rf /tmp/bld_new /tmp/bld_old /tmp/bld_new2 /tmp/old_site /tmp/new2_site /tmp/new2_tree
 # A benchmark that outlives its limit gets SIGABRT, on which faulthandler prints where each thread
 # stood. In the twenty-sixth session benchmark processes hung on the H200 (in one call each after the
 # first two, in another all of them) while pytest ran normally, and TERM left no trace of where.
