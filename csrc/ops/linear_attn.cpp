@@ -746,7 +746,7 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
   const bool final_from_walk = causal && (p.g == 1 || seg.has >= 2);
   Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
   // Both forward kernels take the same arguments and grid; la_fwd_wgmma where it is built for this
-  // device (spec.py WGMMA_FWD_TILES: the causal bf16 walk with one feature part, sm_90).
+  // device (spec.py WGMMA_FWD_TILES and WGMMA_BIDIR_FWD_TILES: bf16 with one feature part, sm_90).
   const auto forward = [&](auto launch, const auto& key) {
     launch(key, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"), p.q.const_data_ptr(), p.k.const_data_ptr(),
            p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,

@@ -67,12 +67,15 @@ def test_overrides_name_existing_tables_and_keys_and_build_the_same_variants():
             assert all(len(k) == 2 or k[2] in spec.FEATURES for k in tiles), table
             # VALUE_TILES at FUSED_BLOCK decides which fused variants exist, for every architecture.
             assert not (table == "VALUE_TILES" and any(k[1] == spec.FUSED_BLOCK for k in tiles))
-    # The Gluon forward's Dv tile is la_fwd's on every architecture (the plan sizes its grid by it).
-    causal_fwd = {v.key: v for v in KERNELS["la_fwd"].variants()}
+    # The Gluon forward's Dv tile is la_fwd's of the same mode (the plan sizes its grid by it).
+    fwd = {v.key: v for v in KERNELS["la_fwd"].variants()}
     for v in KERNELS["la_fwd_wgmma"].variants():
         k = v.key_dict
-        twin = causal_fwd[tuple({"dtype": k["dtype"], "BK": k["BK"], "CAUSAL": 1, "FEAT": k["FEAT"]}.items())]
+        twin = fwd[tuple({"dtype": k["dtype"], "BK": k["BK"], "CAUSAL": k["CAUSAL"], "FEAT": k["FEAT"]}.items())]
         assert v.constexprs(90)["BT"] == twin.constexprs(90)["BT"], v.name
+    bidir = [v.key_dict for v in KERNELS["la_fwd_wgmma"].variants() if v.key_dict["CAUSAL"] == 0]
+    assert {(k["dtype"], k["BK"]) for k in bidir} == set(spec.WGMMA_BIDIR_FWD_TILES)
+    assert all(k["STATS"] == 0 for k in bidir)  # the bidirectional stats pass stays la_fwd_kernel's
 
 
 def test_replace_tile_reaches_every_architecture_and_feature_key():

@@ -142,8 +142,8 @@ def check_odd_shape(b, h, hkv, n, d, dv, cosformer, dtype):
 @pytest.mark.parametrize("gqa", [False, True])
 @pytest.mark.parametrize("phi", PHIS)
 def test_every_map_at_256_features(phi, gqa, causal):
-    """bf16's forward at 256 features (on sm_90 the causal one is the Gluon walk in Dv tiles of 32,
-    spec.py WGMMA_FWD_TILES; the bidirectional one la_fwd_kernel in tiles of 128, ARCH_TILES): padded
+    """bf16's forward at 256 features (on sm_90 the Gluon walks: the causal one in Dv tiles of 32,
+    spec.py WGMMA_FWD_TILES, the bidirectional one in tiles of 128, WGMMA_BIDIR_FWD_TILES): padded
     D, a Dv whose last tile is partly masked, and its backward."""
     check_mode(phi, causal, False, torch.bfloat16, 4, 2 if gqa else 4, 200, 72)
 
@@ -565,6 +565,29 @@ def test_wgmma_walk_where_it_is_built(d):
     cos, sin = weights(n)
     assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin))
     assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(q.half(), k.half(), v.half(), True))
+
+
+@pytest.mark.parametrize("phi", PHIS)
+@pytest.mark.parametrize("b,h,hkv,n,d,dv", [(2, 4, 2, 4096 + 77, 240, 256), (1, 3, 1, 200, 256, 72),
+                                            (3, 2, 2, 65, 136, 136)])
+def test_bidirectional_wgmma_walk_at_256_features(b, h, hkv, n, d, dv, phi):
+    """The bidirectional bf16 forward at 256 features with one feature part walks in la_fwd_wgmma_kernel
+    on sm_90 (spec.py WGMMA_BIDIR_FWD_TILES) and in la_fwd_kernel elsewhere, as Cosformer, fp16 and
+    128 features always do: GQA, padded D, Dv past and inside one tile of 128, N off the chunk,
+    against float64 with scale, on a poisoned allocator."""
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    q, k, v = make(b, h, hkv, n, d, dv, torch.bfloat16, phi=phi)
+    poison_allocator()
+    got = {}
+    names = _cuda_kernels(lambda: got.update(out=la.fwd(q, k, v, False, phi, 1e-6, scale=0.37)))
+    assert ("la_fwd_wgmma_kernel" in names) == hopper and ("la_fwd_kernel" in names) != hopper, names
+    ref, _, _ = reference(q, k, v, phi, False, None, None, 0.37)
+    assert_close("out", got["out"], ref, torch.bfloat16)
+    cos, sin = weights(n)
+    assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(q, k, v, False, "elu+1", 1e-6, cos, sin))
+    assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(q.half(), k.half(), v.half(), False))
+    narrow = make(1, 2, 2, 300, 128, 128, torch.bfloat16, phi=phi)
+    assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(*narrow, False, phi))
 
 
 @pytest.mark.parametrize("n", [128, 129])

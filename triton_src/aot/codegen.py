@@ -76,7 +76,8 @@ def _header(op: str, specs: list[KernelSpec]) -> str:
 
 def _constexpr_names(spec: KernelSpec) -> list[str]:
     # The names are the same for every key and architecture (KernelSpec.constexprs); _source checks it.
-    return list(spec.constexprs({**{k: v[0] for k, v in spec.keys.items()}, "arch": 0}))
+    # A built variant's key: not every combination of the keys' values has a tile.
+    return list(spec.constexprs({**spec.variants()[0].key_dict, "arch": 0}))
 
 
 def _constexpr_row(spec: KernelSpec, img: Compiled) -> str:

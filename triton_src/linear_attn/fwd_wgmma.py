@@ -1,9 +1,10 @@
-"""The causal forward walk of kernels.la_fwd_kernel in Gluon, for Hopper (sm_90a only): same
-arguments, grid and results, for bf16 tensors with one feature part (FEAT > 0): the plain forward
-and, as the STATS variant, the backward's stats pass (den_i and dout_i . out_i where dq does not
-compute them itself: where D and Dv fall in different blocks, so that Gluon's dq does not run).
-csrc/ops/linear_attn.cpp takes it where it is built for the device and keeps la_fwd_kernel for
-everything else (other dtypes, Cosformer, bidirectional mode).
+"""The forward walks of kernels.la_fwd_kernel in Gluon, for Hopper (sm_90a only): same arguments,
+grid and results, for bf16 tensors with one feature part (FEAT > 0). Causal: the plain forward and,
+as the STATS variant, the backward's stats pass (den_i and dout_i . out_i where dq does not compute
+them itself: where D and Dv fall in different blocks, so that Gluon's dq does not run).
+Bidirectional (_fixed_state_walk): the plain forward at 256 features. csrc/ops/linear_attn.cpp
+takes them where they are built for the device and keeps la_fwd_kernel for everything else (other
+dtypes, Cosformer, the bidirectional forward below 256 features and its stats pass).
 
 Why a second form of the same walk: Triton's tl.dot waits for each wgmma before the next
 instruction, and at 128 features the Triton walk takes 32-row chunks (wider ones spill) whose
@@ -137,6 +138,88 @@ def _start_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, DV
 
 
 @gluon.jit
+def _store_rows(ob, o, den, rows, cols, N, DV, so_n, normalize, scale, eps, on):
+    """One chunk's outputs: o / den (normalized maps; scale multiplies qf, so num and den alike,
+    applied per row here) or o, for `rows` where `on`."""
+    out = o * gl.where(normalize != 0, scale / (den * scale + eps), scale)[:, None]
+    mask = ((rows < N) & on)[:, None] & (cols < DV)[None, :]
+    gl.store(ob + rows[:, None].to(gl.int64) * so_n + cols[None, :], out.to(gl.bfloat16), mask=mask)
+
+
+@gluon.jit
+def _fixed_state_walk(qb, ob, s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, N, D, DV, DS, DVS, L,
+                      normalize, scale, eps, sq_n, so_n,
+                      C: gl.constexpr, BK: gl.constexpr, BT: gl.constexpr, FEAT: gl.constexpr,
+                      STAGES: gl.constexpr):
+    """The bidirectional walk (CAUSAL = 0): out_i = qf_i S / (qf_i . z + eps) against the total state
+    (s, z)[bk] + g * (ss_g, sz_g). S is fixed, so its bf16 copy enters shared memory once (la_fwd_kernel
+    rounds it once too) and each chunk needs one wgmma, qf S; z stays fp32 in registers. Each
+    chunk's product is issued before the previous chunk's outputs are stored, so the store and the
+    product overlap. la_fwd_kernel waits for each dot and holds one program per multiprocessor at
+    256 features: latency-bound (ncu, thirty-eighth session)."""
+    NW: gl.constexpr = gl.num_warps()
+    WN: gl.constexpr = NW // 4  # warpgroups, side by side along the output's columns
+    TK: gl.constexpr = BK // 8 if BK // 8 < 32 else 32
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TK, TK], [NW, 1], [1, 0])
+    TS: gl.constexpr = BT // 4 if BT // 4 < 32 else 32
+    lds: gl.constexpr = gl.BlockedLayout([1, 4], [32 // TS, TS], [NW, 1], [1, 0])
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN], instr_shape=[16, BT // WN, 16])
+    row: gl.constexpr = gl.SliceLayout(1, mma)
+    nv: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    nv_v: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128 if BT >= 64 else BT * 2, element_bitwidth=16, rank=2)
+    raw: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+
+    q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
+    qf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
+    st_s = gl.allocate_shared_memory(gl.bfloat16, [BK, BT], nv_v)
+
+    ci = gl.arange(0, C, layout=gl.SliceLayout(1, ld))
+    cd = gl.arange(0, BK, layout=gl.SliceLayout(0, ld))
+    r0 = g * L
+    n_chunks = gl.cdiv(gl.minimum(L, N - r0), C)
+    for i in gl.static_range(STAGES - 1):
+        _issue_tile(q_s.index(i), qb, r0 + i * C + ci, cd, N, D, sq_n, i < n_chunks)
+        cp.commit_group()
+
+    # S in slices of 32 rows: the whole [BK, BT] fp32 tile would take 128 registers a thread at 256
+    # features with 8 warps.
+    SR: gl.constexpr = 32
+    sj = t * BT + gl.arange(0, BT, layout=gl.SliceLayout(0, lds))
+    s_base = s_ptr + bk.to(gl.int64) * ss_bh + g * ss_g
+    for i in gl.static_range(BK // SR):
+        si = i * SR + gl.arange(0, SR, layout=gl.SliceLayout(1, lds))
+        s_mask = ((si < DS) & (has_s != 0))[:, None] & (sj < DVS)[None, :]
+        s_part = gl.load(s_base + si[:, None] * DVS + sj[None, :], mask=s_mask, other=0.0)
+        st_s.slice(i * SR, SR, dim=0).store(s_part.to(gl.bfloat16))
+    z = gl.load(z_ptr + bk.to(gl.int64) * sz_bh + g * sz_g + cd, mask=(cd < DS) & (has_s != 0), other=0.0)
+
+    oi = gl.arange(0, C, layout=row)
+    oj = t * BT + gl.arange(0, BT, layout=gl.SliceLayout(0, mma))
+    zero_o = gl.zeros([C, BT], gl.float32, mma)
+    f_on = gl.where(cd < D, 1.0, 0.0)
+    o_prev = zero_o
+    den_prev = gl.zeros([C], gl.float32, row)
+    for it in range(n_chunks):
+        nxt = it + STAGES - 1
+        _issue_tile(q_s.index(nxt % STAGES), qb, r0 + nxt * C + ci, cd, N, D, sq_n, nxt < n_chunks)
+        cp.commit_group()
+        cp.wait_group(STAGES - 1)  # this chunk's copy has landed
+        qf = _phi(q_s.index(it % STAGES).load(ld).to(gl.float32), FEAT)
+        if FEAT == 2:  # elu+1 maps the zeros loaded for padding to 1 (identity and relu keep 0)
+            qf = qf * f_on[None, :]
+        den = gl.convert_layout(gl.sum(qf * z[None, :], 1), row)
+        qf_s.store(qf.to(gl.bfloat16))
+        fence_async_shared()  # S's copy and qf, written by every thread, before the wgmma reads them
+        o = warpgroup_mma(qf_s, st_s, zero_o, use_acc=False, is_async=True)
+        _store_rows(ob, o_prev, den_prev, r0 + (it - 1) * C + oi, oj, N, DV, so_n, normalize, scale, eps, it > 0)
+        o_prev = warpgroup_mma_wait(0, deps=(o, ))
+        den_prev = den
+    _store_rows(ob, o_prev, den_prev, r0 + (n_chunks - 1) * C + oi, oj, N, DV, so_n, normalize, scale, eps,
+                n_chunks > 0)
+    cp.wait_group(0)  # no copy may still target shared memory as the program exits
+
+
+@gluon.jit
 def la_fwd_wgmma_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, wc_ptr, ws_ptr,
     s_ptr, z_ptr, sf_ptr, zf_ptr, den_ptr, dl_ptr,
@@ -149,10 +232,13 @@ def la_fwd_wgmma_kernel(
     FEAT: gl.constexpr, STAGES: gl.constexpr, STATS: gl.constexpr,
 ):
     """la_fwd_kernel's arguments and grid (Dv tiles x H / Hkv x G x B*Hkv); wc, ws, phi_kind and
-    n_parts are unused (one part, the map compiled in). STATS = 1 is la_fwd_kernel's stats = 1 (the
+    n_parts are unused (one part, the map compiled in), and CAUSAL = 0 (_fixed_state_walk) reads
+    neither k nor v. STATS = 1 is la_fwd_kernel's stats = 1 (the
     backward's stats pass: o_ptr is grad_out, read; den and dl written, as there), compiled in so
     that the plain forward's code stays as it was; the run-time `stats` is unused."""
-    gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0, "the causal bf16 forward with one feature part")
+    gl.static_assert(PREC == 1 and FEAT > 0, "the bf16 forward with one feature part")
+    # The bidirectional walk reads its state unfolded (csrc fold_scan folds only up to 64 features).
+    gl.static_assert(CAUSAL == 1 or (STATS == 0 and BK > 64), "the bidirectional walk: the plain forward above 64")
     gl.static_assert(C == 64 and BK >= 64 and BT >= 16, "64-row chunks, at least 64 features")
     _wait_for_primary()  # first: the state below may be the previous kernel's output
     NW: gl.constexpr = gl.num_warps()
@@ -184,83 +270,84 @@ def la_fwd_wgmma_kernel(
     vb = v_ptr + b * sv_b + hk * sv_h
     ob = o_ptr + b * so_b + h * so_h
 
-    S, z = _start_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, DVS, BK, BT, mma,
-                        gl.SliceLayout(0, ld))
+    if CAUSAL == 0:
+        _fixed_state_walk(qb, ob, s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, N, D, DV, DS, DVS, L,
+                          normalize, scale, eps, sq_n, so_n, C, BK, BT, FEAT, STAGES)
+    else:
+        S, z = _start_state(s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz_g, t, DS, DVS, BK, BT, mma,
+                            gl.SliceLayout(0, ld))
 
-    q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
-    k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
-    v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BT], nv_v)
-    qf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
-    kf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
-    st_s = gl.allocate_shared_memory(gl.bfloat16, [BK, BT], nv_v)
-    if STATS:  # grad_out's tiles, through the ring like v's
-        do_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BT], raw)
+        q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
+        k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
+        v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BT], nv_v)
+        qf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
+        kf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
+        st_s = gl.allocate_shared_memory(gl.bfloat16, [BK, BT], nv_v)
+        if STATS:  # grad_out's tiles, through the ring like v's
+            do_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BT], raw)
 
-    ci = gl.arange(0, C, layout=gl.SliceLayout(1, ld))
-    civ = gl.arange(0, C, layout=gl.SliceLayout(1, ldv))
-    cd = gl.arange(0, BK, layout=gl.SliceLayout(0, ld))
-    cv = t * BT + gl.arange(0, BT, layout=gl.SliceLayout(0, ldv))
-    r0 = g * L
-    n_chunks = gl.cdiv(gl.minimum(L, N - r0), C)
-    for i in gl.static_range(STAGES - 1):
-        _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + i * C + ci, r0 + i * C + civ, cd, cv, N, D, DV, sq_n, sk_n,
-                     sv_n, i, i < n_chunks)
-        if STATS:
-            _issue_tile(do_s.index(i), ob, r0 + i * C + civ, cv, N, DV, so_n, i < n_chunks)
-        cp.commit_group()
+        ci = gl.arange(0, C, layout=gl.SliceLayout(1, ld))
+        civ = gl.arange(0, C, layout=gl.SliceLayout(1, ldv))
+        cd = gl.arange(0, BK, layout=gl.SliceLayout(0, ld))
+        cv = t * BT + gl.arange(0, BT, layout=gl.SliceLayout(0, ldv))
+        r0 = g * L
+        n_chunks = gl.cdiv(gl.minimum(L, N - r0), C)
+        for i in gl.static_range(STAGES - 1):
+            _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + i * C + ci, r0 + i * C + civ, cd, cv, N, D, DV, sq_n, sk_n,
+                         sv_n, i, i < n_chunks)
+            if STATS:
+                _issue_tile(do_s.index(i), ob, r0 + i * C + civ, cv, N, DV, so_n, i < n_chunks)
+            cp.commit_group()
 
-    st_s.store(S.to(gl.bfloat16))
-    fence_async_shared()
+        st_s.store(S.to(gl.bfloat16))
+        fence_async_shared()
 
-    ai = gl.arange(0, C, layout=gl.SliceLayout(1, mma_a))
-    aj = gl.arange(0, C, layout=gl.SliceLayout(0, mma_a))
-    causal = ai[:, None] >= aj[None, :]
-    oi = gl.arange(0, C, layout=gl.SliceLayout(1, mma))
-    oj = t * BT + gl.arange(0, BT, layout=gl.SliceLayout(0, mma))
-    zero_o = gl.zeros([C, BT], gl.float32, mma)
-    zero_a = gl.zeros([C, C], gl.float32, mma_a)
-    # Padded feature columns of qf zeroed are enough for every product: the padded rows of S and
-    # z are never read nor stored. A segment's rows past N give kf 1 (elu+1), and z alone keeps
-    # it (v's rows are 0, later rows do not exist): subtracted after the loop. Masking kf's rows
-    # in the loop, under a branch, cost 2% (H200, B1 H16 N65536 D128).
-    f_on = gl.where(cd < D, 1.0, 0.0)
-    for it in range(n_chunks):
-        nxt = it + STAGES - 1
-        _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + nxt * C + ci, r0 + nxt * C + civ, cd, cv, N, D, DV, sq_n,
-                     sk_n, sv_n, nxt % STAGES, nxt < n_chunks)
-        if STATS:
-            _issue_tile(do_s.index(nxt % STAGES), ob, r0 + nxt * C + civ, cv, N, DV, so_n, nxt < n_chunks)
-        cp.commit_group()
-        cp.wait_group(STAGES - 1)  # this chunk's copies have landed
-        slot = it % STAGES
-        qf = _phi(q_s.index(slot).load(ld).to(gl.float32), FEAT)
-        kf = _phi(k_s.index(slot).load(ld).to(gl.float32), FEAT)
-        if FEAT == 2:  # elu+1 maps the zeros loaded for padding to 1 (identity and relu keep 0)
-            qf = qf * f_on[None, :]
-        o, S, z, den = _chunk(qf, kf, qf_s, kf_s, st_s, v_s.index(slot), S, z, zero_o, zero_a, causal, a_op,
-                              gl.SliceLayout(1, mma))
-        # scale multiplies qf, so num and den alike: applied per row here, not per feature above.
-        rows = r0 + it * C + oi
-        if STATS:  # la_fwd_kernel's: den_i with eps (tile 0), and this tile's share of dout_i . out_i
-            den = den * scale + eps
-            dout = do_s.index(slot).load(mma).to(gl.float32)
-            r_ok = rows < N
-            bh = b * H + h
-            gl.store(dl_ptr + (bh * nt + t) * N + rows, gl.sum(dout * o, 1) * (scale / den), mask=r_ok)
-            gl.store(den_ptr + bh * N + rows, den, mask=r_ok & (t == 0))
-        else:
-            out = o * gl.where(normalize != 0, scale / (den * scale + eps), scale)[:, None]
-            o_mask = (rows < N)[:, None] & (oj < DV)[None, :]
-            gl.store(ob + rows[:, None].to(gl.int64) * so_n + oj[None, :], out.to(gl.bfloat16), mask=o_mask)
-    cp.wait_group(0)  # no copy may still target shared memory as the program exits
+        ai = gl.arange(0, C, layout=gl.SliceLayout(1, mma_a))
+        aj = gl.arange(0, C, layout=gl.SliceLayout(0, mma_a))
+        causal = ai[:, None] >= aj[None, :]
+        oi = gl.arange(0, C, layout=gl.SliceLayout(1, mma))
+        oj = t * BT + gl.arange(0, BT, layout=gl.SliceLayout(0, mma))
+        zero_o = gl.zeros([C, BT], gl.float32, mma)
+        zero_a = gl.zeros([C, C], gl.float32, mma_a)
+        # Padded feature columns of qf zeroed are enough for every product: the padded rows of S and
+        # z are never read nor stored. A segment's rows past N give kf 1 (elu+1), and z alone keeps
+        # it (v's rows are 0, later rows do not exist): subtracted after the loop. Masking kf's rows
+        # in the loop, under a branch, cost 2% (H200, B1 H16 N65536 D128).
+        f_on = gl.where(cd < D, 1.0, 0.0)
+        for it in range(n_chunks):
+            nxt = it + STAGES - 1
+            _issue_chunk(q_s, k_s, v_s, qb, kb, vb, r0 + nxt * C + ci, r0 + nxt * C + civ, cd, cv, N, D, DV, sq_n,
+                         sk_n, sv_n, nxt % STAGES, nxt < n_chunks)
+            if STATS:
+                _issue_tile(do_s.index(nxt % STAGES), ob, r0 + nxt * C + civ, cv, N, DV, so_n, nxt < n_chunks)
+            cp.commit_group()
+            cp.wait_group(STAGES - 1)  # this chunk's copies have landed
+            slot = it % STAGES
+            qf = _phi(q_s.index(slot).load(ld).to(gl.float32), FEAT)
+            kf = _phi(k_s.index(slot).load(ld).to(gl.float32), FEAT)
+            if FEAT == 2:  # elu+1 maps the zeros loaded for padding to 1 (identity and relu keep 0)
+                qf = qf * f_on[None, :]
+            o, S, z, den = _chunk(qf, kf, qf_s, kf_s, st_s, v_s.index(slot), S, z, zero_o, zero_a, causal, a_op,
+                                  gl.SliceLayout(1, mma))
+            rows = r0 + it * C + oi
+            if STATS:  # la_fwd_kernel's: den_i with eps (tile 0), and this tile's share of dout_i . out_i
+                den = den * scale + eps
+                dout = do_s.index(slot).load(mma).to(gl.float32)
+                r_ok = rows < N
+                bh = b * H + h
+                gl.store(dl_ptr + (bh * nt + t) * N + rows, gl.sum(dout * o, 1) * (scale / den), mask=r_ok)
+                gl.store(den_ptr + bh * N + rows, den, mask=r_ok & (t == 0))
+            else:
+                _store_rows(ob, o, den, rows, oj, N, DV, so_n, normalize, scale, eps, True)
+        cp.wait_group(0)  # no copy may still target shared memory as the program exits
 
-    # A branch: with these stores masked instead, the loop kept their addresses and masks live
-    # (255 registers and a spill; 570.7 against 553.1 us without the store, B1 H16 N65536 D128).
-    if (write_final != 0) & (r == 0) & (g == G - 1):
-        if FEAT == 2:
-            z -= gl.maximum(r0 + n_chunks * C - N, 0).to(gl.float32)
-        si = gl.arange(0, BK, layout=gl.SliceLayout(1, mma))
-        st_mask = (si < DS)[:, None] & (oj < DVS)[None, :]
-        gl.store(sf_ptr + bk.to(gl.int64) * DS * DVS + si[:, None] * DVS + oj[None, :], S, mask=st_mask)
-        gl.store(zf_ptr + bk.to(gl.int64) * DS + cd, z, mask=(cd < DS) & (t == 0))
+        # A branch: with these stores masked instead, the loop kept their addresses and masks live
+        # (255 registers and a spill; 570.7 against 553.1 us without the store, B1 H16 N65536 D128).
+        if (write_final != 0) & (r == 0) & (g == G - 1):
+            if FEAT == 2:
+                z -= gl.maximum(r0 + n_chunks * C - N, 0).to(gl.float32)
+            si = gl.arange(0, BK, layout=gl.SliceLayout(1, mma))
+            st_mask = (si < DS)[:, None] & (oj < DVS)[None, :]
+            gl.store(sf_ptr + bk.to(gl.int64) * DS * DVS + si[:, None] * DVS + oj[None, :], S, mask=st_mask)
+            gl.store(zf_ptr + bk.to(gl.int64) * DS + cd, z, mask=(cd < DS) & (t == 0))
     _launch_dependents()  # last: the next kernel may be scheduled as this grid drains

@@ -9,13 +9,13 @@ with a causal and a bidirectional mode also take it as a key, the state pass its
 mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything else (normalization,
 GQA, states, stats, and phi under Cosformer) is a run-time argument: 5 kernels * 2 modes * 4 feature
 maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan + the 16 of dq with the stats
-(STATS: bf16 and fp16, see FUSED_BLOCK) and the 8 of dk with dv (WITH_DV: bf16) + the 18 of the
-Gluon causal forward (la_fwd_wgmma: bf16, blocks 64, 128 and 256, three maps, the plain forward and
-the stats pass) and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128,
+(STATS: bf16 and fp16, see FUSED_BLOCK) and the 8 of dk with dv (WITH_DV: bf16) + the 21 of the
+Gluon forward (la_fwd_wgmma: bf16, three maps; causal at blocks 64, 128 and 256, the plain forward
+and the stats pass; bidirectional at 256, the plain forward) and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128,
 _wgmma_dq_built: dq with the stats for three maps and without them for softmax_free; block 128: dv
 and dk for three maps; block 64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES,
-WGMMA_BWD_TILES) + the 7 of Cosformer's 512 block (COSFORMER_BLOCK, bf16: the state pass, the
-forward and dv in two modes and the decode kernel) = 354 variants. The bf16 tiles of blocks 64 and
+WGMMA_BIDIR_FWD_TILES, WGMMA_BWD_TILES) + the 7 of Cosformer's 512 block (COSFORMER_BLOCK, bf16:
+the state pass, the forward and dv in two modes and the decode kernel) = 357 variants. The bf16 tiles of blocks 64 and
 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state
 pass and the forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward
 BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128
@@ -105,6 +105,12 @@ BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (
 # bytes with two stages (233472), so the build gives it one (KernelSpec.stages_constexpr). H200, B4
 # H16 N4096 D256: the walk 2619 -> 1179 us against la_fwd_kernel's, the stats pass 2817 -> 1327 us.
 WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2), ("bf16", 256): (64, 8, 2)}
+# The bidirectional walk in Gluon (fwd_wgmma.py _fixed_state_walk), same form, at 256 features alone:
+# la_fwd_kernel there holds one program per multiprocessor and waits for each dot (latency-bound),
+# where at 64 and 128 it is within 2x of the memory floor. Its Dv tile is la_fwd_kernel's
+# bidirectional one (128 on sm_90): the state's bf16 copy (64 KB), three stages of q (96 KB) and qf
+# (32 KB) take 192 KB.
+WGMMA_BIDIR_FWD_TILES = {("bf16", 256): (64, 8, 3)}
 # The backward's walks in Gluon (bwd_wgmma.py, sm_90 only): dq, dv and dk for bf16 with one feature
 # part, all features and value columns in one program (C, warps, cp.async stages), where the Triton
 # kernels at 128 tile F by 32 (dq, dk) or Dv by 64 (dv). 4 warps at 64: two programs per SM, the
@@ -429,24 +435,28 @@ def _spec(name: str) -> KernelSpec:
 
 
 def _wgmma_spec(name: str, source: str, params, tiles: dict, block: str, extra_keys: dict, constexprs,
-                extra_built=lambda key: True) -> KernelSpec:
-    """A Gluon walk (causal, bf16, one feature part, sm_90) with the arguments of its Triton kernel
-    (params) and (C, warps, cp.async stages: STAGES, at most) from tiles[dtype, block];
-    constexprs(key) adds the rest, and extra_built(key) picks the extra keys' variants that are
-    built."""
+                extra_built=lambda key: True, bidir_tiles: dict | None = None) -> KernelSpec:
+    """A Gluon walk (bf16, one feature part, sm_90) with the arguments of its Triton kernel (params)
+    and (C, warps, cp.async stages: STAGES, at most) from tiles[dtype, block] (causal) or
+    bidir_tiles[dtype, block] (bidirectional, where given); constexprs(key) adds the rest, and
+    extra_built(key) picks the extra keys' variants that are built."""
+    by_mode = {1: tiles, 0: bidir_tiles or {}}
+    both = {**by_mode[0], **tiles}
+
     def tile(key: dict) -> tuple:
-        return tiles[key["dtype"], key[block]]
+        return by_mode[key["CAUSAL"]][key["dtype"], key[block]]
 
     def all_constexprs(key: dict) -> dict:
         return {"C": tile(key)[0], block: key[block], "PREC": PRECISION[key["dtype"]], "CAUSAL": key["CAUSAL"],
                 "FEAT": key["FEAT"], **constexprs(key)}
 
     return KernelSpec(name=name, function=f"{name}_kernel", source=source, params=params("*{dtype}:16"),
-                      keys={"dtype": tuple(sorted({d for d, _ in tiles})), block: tuple(sorted({b for _, b in tiles})),
-                            "CAUSAL": (1,), "FEAT": tuple(f for f in FEATURES if f > 0), **extra_keys},
+                      keys={"dtype": tuple(sorted({d for d, _ in both})), block: tuple(sorted({b for _, b in both})),
+                            "CAUSAL": (0, 1) if bidir_tiles else (1,), "FEAT": tuple(f for f in FEATURES if f > 0),
+                            **extra_keys},
                       constexprs=all_constexprs, num_warps=lambda key: tile(key)[1],
                       num_stages=lambda key: tile(key)[2], stages_constexpr="STAGES",
-                      include=lambda key: (key["dtype"], key[block]) in tiles and extra_built(key),
+                      include=lambda key: (key["dtype"], key[block]) in by_mode[key["CAUSAL"]] and extra_built(key),
                       archs=WGMMA_ARCHS)
 
 
@@ -459,10 +469,13 @@ def _wgmma_dq_built(key: dict) -> bool:
 
 
 WGMMA_KERNELS = [
-    # The Dv tile is la_fwd_kernel's, since the plan sizes the forward's grid by it.
+    # The Dv tile is la_fwd_kernel's, since the plan sizes the forward's grid by it. The bidirectional
+    # walk has no stats variant: the backward's bidirectional stats pass stays la_fwd_kernel's.
     _wgmma_spec("la_fwd_wgmma", "fwd_wgmma.py", _fwd_params, WGMMA_FWD_TILES, "BK", {"STATS": (0, 1)},
-                lambda key: {"BT": tile_of("FWD_TILES", key["arch"], key["dtype"], key["BK"], key["FEAT"])[1],
-                             "STATS": key["STATS"]}),
+                lambda key: {"BT": tile_of(fwd_table(key["CAUSAL"]), key["arch"], key["dtype"], key["BK"],
+                                           key["FEAT"])[1],
+                             "STATS": key["STATS"]},
+                lambda key: key["CAUSAL"] == 1 or key["STATS"] == 0, WGMMA_BIDIR_FWD_TILES),
     _wgmma_spec("la_bwd_dq_wgmma", "bwd_wgmma.py", _dq_params, WGMMA_BWD_TILES, "BKV", {"STATS": (0, 1)},
                 lambda key: {"BF": key["BKV"], "STATS": key["STATS"]},
                 _wgmma_dq_built),
