@@ -94,7 +94,7 @@ def _st(t: torch.Tensor) -> list[int]:
 
 
 class _Setup:
-    def __init__(self, q, k, v, phi, causal, cos, sin, seg_len, split=None):
+    def __init__(self, q, k, v, phi, causal, cos, sin, seg_len, split=None, sms=None):
         self.b, self.h, self.n, self.d = q.shape
         self.hkv, self.dv = k.shape[1], v.shape[-1]
         self.n_rep = self.h // self.hkv
@@ -130,7 +130,9 @@ class _Setup:
         nc = max(1, triton.cdiv(self.n, quantum))
         per_segment = max(1, self.nt * self.h * self.b)
         # As csrc, on the device's multiprocessors (an H100/H200's 132 for the interpreter).
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.device.type == "cuda" else 132
+        # `sms` forces a count (tests: the plan's rules for a full GPU on small shapes).
+        if sms is None:
+            sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.device.type == "cuda" else 132
         g = segment_count(nc, quantum, per_segment, self.bk, self.fwd[1], bool(self.causal), sms)
         self.g, self.l = segments(nc, quantum, g, seg_len)
         # The state passes' splits, forward and reverse (csrc's state_split); `split` forces both (tests).
@@ -142,6 +144,7 @@ class _Setup:
                                       sms, scanned, scan_step)
         self.r_rev = split or state_split(self.g, chunks, quantum, self.state[3] * self.b * self.h, self.bk, is_causal,
                                           sms, True, scan_step)
+        self.whole_state = not self.causal and self.g > 1 and self.state[3] * self.b * self.hkv >= sms
         for r in (self.r, self.r_rev):
             assert self.causal or r == 1, "the bidirectional state pass is not split"
             assert self.l % (r * self.state[0]) == 0, "sub-segments of whole chunks"
@@ -181,21 +184,27 @@ class _Setup:
         gs = self.g * self.r
         x = torch.full((self.b, self.hkv, gs, self.ep), float("nan"), device=self.q.device)
         fold = self.folds(s0, total_s is not None, backward)
+        # csrc's whole_state_pass: one bidirectional segment of all rows writes the total
+        whole = self.whole_state and s0 is None and total_s is None and not fold
         # csrc's forward_states: no causal walk reads the last segment's sums, only the scan's total
         last = self.causal and (fold or total_s is None)
-        self.state_sums(x, n_walk=self.r * (self.g - 1) if last else gs)
+        if whole:
+            self.state_sums(x, n_walk=1, seg_len=self.g * self.l)
+        else:
+            self.state_sums(x, n_walk=self.r * (self.g - 1) if last else gs)
         xz = x.view(-1)[self.fd:]
         if fold:
             return x, xz, gs * self.ep, self.ep, gs * self.ep, self.ep, 1 + self.r
-        if self.causal or gs > 1 or total_s is not None:  # one bidirectional segment is the total
+        if not whole and (self.causal or gs > 1 or total_s is not None):  # one bidirectional segment is the total
             self.scan(x, x, 1, 0 if self.causal else 2, s0, z0, total_s, total_z, self.b * self.hkv)
         seg = self.r * self.ep if self.causal else 0
         return x, xz, gs * self.ep, seg, gs * self.ep, seg, 1
 
-    def state_sums(self, x, do=None, den=None, dl=None, scale=1.0, g_first=0, n_walk=None, r=None):
+    def state_sums(self, x, do=None, den=None, dl=None, scale=1.0, g_first=0, n_walk=None, r=None, seg_len=None):
         """la_state_kernel: the sums of sub-segments g_first .. g_first + n_walk - 1 (default all) into
         x [B, Hkv, G * R, EP]; with grad_out `do`, the backward's (sum qf^T g, sum qf r) per query head
-        into x [B, H, G * R, EP]. R: the forward's split, or `r` (the reverse one)."""
+        into x [B, H, G * R, EP]. R: the forward's split, or `r` (the reverse one); seg_len: the rows of
+        a sub-segment (default L / R)."""
         c, bt, launch, nt = self.state
         grads = do is not None
         keys, values, heads = (self.q, do, self.h) if grads else (self.k, self.v, self.hkv)
@@ -203,7 +212,7 @@ class _Setup:
         n_walk = self.g * r - g_first if n_walk is None else n_walk
         K.la_state_kernel[(nt * n_walk * self.b * heads,)](
             keys, values, self.wc, self.ws, x, self.dummy if den is None else den, self.dummy if dl is None else dl,
-            heads, self.n, *self.dims(), self.g * r, self.l // r, g_first, n_walk, self.phi_kind, self.n_parts,
+            heads, self.n, *self.dims(), self.g * r, seg_len or self.l // r, g_first, n_walk, self.phi_kind, self.n_parts,
             self.normalize if grads else 0, scale,
             *_st(keys), *_st(values), self.sw_b, self.ep,
             C=c, GRADS=int(grads), BK=self.bk, BF=self.state_bf, BT=bt, PREC=self.prec, FEAT=self.feat, **launch)
@@ -243,9 +252,9 @@ def _unpad(t: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def forward(q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
-            return_state=False, seg_len=None, split=None):
+            return_state=False, seg_len=None, split=None, sms=None):
     """(out, S_final or None, z_final or None); states fp32 [B, Hkv, F, Dv] and [B, Hkv, F]."""
-    st = _Setup(q, k, v, phi, causal, cos, sin, seg_len, split)
+    st = _Setup(q, k, v, phi, causal, cos, sin, seg_len, split, sms)
     dev = q.device
     sf = zf = None
     if return_state:
@@ -287,9 +296,9 @@ def dk_computes_dv(st: _Setup) -> bool:
 
 
 def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=None, sin=None, s0=None, z0=None,
-             ds_fin=None, dz_fin=None, state_grad=False, seg_len=None, split=None):
+             ds_fin=None, dz_fin=None, state_grad=False, seg_len=None, split=None, sms=None):
     """(dq, dk, dv, dS0 or None, dz0 or None)."""
-    st = _Setup(q, k, v, phi, causal, cos, sin, seg_len, split)
+    st = _Setup(q, k, v, phi, causal, cos, sin, seg_len, split, sms)
     dev = q.device
     do = _padded(dout, st.dvp, 0.0)
     states = st.forward_states(s0, z0, backward=True)

@@ -470,6 +470,8 @@ struct Plan {
   // states, g * r_rev for the backward's reverse states.
   int64_t r, r_rev;
   bool fold_fwd, fold_bwd;  // la_fwd, and also la_bwd_dq, built to fold the scan (fold_scan)
+  // Bidirectional: the state pass's programs fill the GPU with one segment each (whole_state_pass).
+  bool whole_state;
   Tensor q, k, v;  // kernel-ready inputs
   Weights w;
 };
@@ -530,6 +532,7 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   p.r = state_split(p.g, chunks, quantum, p.nt_state * sh.b * sh.hkv, p.bk, causal, sms,
                     !fold_scan(p, false, false, false), scan_step);
   p.r_rev = state_split(p.g, chunks, quantum, p.nt_state * sh.b * sh.h, p.bk, causal, sms, true, scan_step);
+  p.whole_state = !causal && p.g > 1 && p.nt_state * sh.b * sh.hkv >= sms;
   p.f = sh.f();
   p.fd = p.f * sh.dv;
   p.e = p.fd + p.f;
@@ -644,6 +647,15 @@ Segments buffer_segments(const Plan& p, const Tensor& buffer, bool fold) {
   return {base, base + p.fd, seg_bh, seg_g, seg_bh, seg_g, fold ? 1 + p.r : 1};
 }
 
+// Whether a bidirectional forward's state pass sums all rows in one segment (Plan::whole_state:
+// its programs, Dv x feature tiles x B x Hkv, fill the multiprocessors without segments) while the
+// walks keep their G segments. Not with an initial state or a returned total, which the scan adds
+// and writes, nor where the walks fold the segment sums themselves. H100, B4 H16 N4096 D256 with
+// sm_90's Dv tile of 256 (G = 2; results/linear_attn.md, forty-first session): see spec.py.
+bool whole_state_pass(const Plan& p, bool has_initial_state, bool returns_total, bool fold) {
+  return p.whole_state && !has_initial_state && !returns_total && !fold;
+}
+
 // The state before each segment (causal) or the total (bidirectional); the initial state itself
 // when one causal segment needs no scan; the segment sums themselves under `fold` (fold_scan).
 // `buffer` keeps the state pass's and the scan's output alive.
@@ -657,16 +669,21 @@ Segments forward_states(const Plan& p, const OptTensor& s0, const OptTensor& z0,
     return seg;
   }
   const Shape& sh = p.sh;
+  // Bidirectional walks read the total alone (segment stride 0). Where the state pass's programs
+  // fill the GPU with one segment each, its first segment spans all rows and writes the total
+  // itself: no scan, and no partial sums, for the walks' G segments (whole_state_pass).
+  const bool whole = whole_state_pass(p, s0.has_value(), tot_s != nullptr, fold);
   // No causal walk reads the last segment's sums; only the scan's total does (the folded walks
   // write the final state themselves): a quarter of the pass at four segments.
-  const int64_t n_walk = p.r * (p.causal && (fold || tot_s == nullptr) ? p.g - 1 : p.g);
+  const int64_t n_walk = whole ? 1 : p.r * (p.causal && (fold || tot_s == nullptr) ? p.g - 1 : p.g);
   buffer = at::empty({sh.b, sh.hkv, p.g * p.r, p.ep}, p.q.options().dtype(at::kFloat));
   aot::la_state({p.dtype, p.bk, 0, p.feat}, config(p.q, p.nt_state * n_walk * sh.b * sh.hkv, "linear_attn state"),
                 p.k.const_data_ptr(), p.v.const_data_ptr(), p.w.c(), p.w.s(), buffer.mutable_data_ptr(), nullptr,
-                nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g * p.r, p.l / p.r, 0, n_walk, p.phi.kind, sh.parts, 0, 1.0f,
-                st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), p.w.stride_b, p.ep);
+                nullptr, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g * p.r, whole ? p.g * p.l : p.l / p.r, 0, n_walk,
+                p.phi.kind, sh.parts, 0, 1.0f, st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
+                p.w.stride_b, p.ep);
   // One bidirectional segment's sum is already the total, which the scan would copy onto itself.
-  const bool is_total = !p.causal && p.g * p.r == 1 && tot_s == nullptr;
+  const bool is_total = whole || (!p.causal && p.g * p.r == 1 && tot_s == nullptr);
   if (!fold && !is_total) {
     scan(p, buffer, buffer, p.r, 1, p.causal ? 0 : 2, s0, z0, tot_s, tot_z, config);
   }
@@ -768,6 +785,7 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
     // After the forward's launch, so the kernels' programmatic chain stays unbroken.
     if (p.ep > p.e) buffer.narrow(3, p.e, p.ep - p.e).zero_();
     if (causal && seg.has >= 2) buffer.narrow(2, p.r * (p.g - 1), p.r).zero_();
+    if (whole_state_pass(p, s0.has_value(), sf.has_value(), fold)) buffer.narrow(2, 1, p.g * p.r - 1).zero_();
     *saved = buffer;
   }
   return {unpad(out, sh.dv), sf, zf};

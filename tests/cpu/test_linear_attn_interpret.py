@@ -159,6 +159,26 @@ def test_split_state_pass(state, causal_heads, split, seg_len):
         assert rel_error(parts, whole) <= 1e-3, name
 
 
+@pytest.mark.parametrize("heads", [(2, 2), (4, 2)], ids=["mha", "gqa"])
+def test_bidirectional_state_pass_of_all_rows(heads):
+    """Where the state pass's programs fill the GPU (csrc's whole_state_pass; here as many
+    multiprocessors as kv heads), a bidirectional call's state pass sums all rows in one segment and
+    every walk of the six segments reads that total (the other segments' slots stay NaN, which a
+    walk reading one would show): the out, dq, dk and dv of the scan over six segment sums, but
+    for roundings."""
+    h, hkv = heads
+    q, k, v = make(1, h, hkv, 330, 16, 24, torch.bfloat16)
+    dout = torch.randn(1, h, 330, 24, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    runs = []
+    for sms in (132, hkv):
+        assert (lambda st: (st.g, st.whole_state))(drv._Setup(q, k, v, "elu+1", False, None, None, 64, sms=sms)) == (
+            6, sms == hkv)
+        kw = dict(phi="elu+1", causal=False, seg_len=64, sms=sms)
+        runs.append((drv.forward(q, k, v, **kw)[0], *drv.backward(dout, q, k, v, **kw)[:3]))
+    for name, scanned, whole in zip(("out", "dq", "dk", "dv"), *runs):
+        assert rel_error(whole, scanned) <= 1e-3, name
+
+
 @pytest.mark.parametrize("phi", ["identity", "elu+1", "relu", "softmax_free"])
 def test_compiled_feature_map_matches_run_time_one(monkeypatch, phi):
     """FEAT > 0 (the map compiled in, what the op runs without Cosformer) against FEAT 0 (phi and

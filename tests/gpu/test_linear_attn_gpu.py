@@ -590,6 +590,25 @@ def test_bidirectional_wgmma_walk_at_256_features(b, h, hkv, n, d, dv, phi):
     assert "la_fwd_wgmma_kernel" not in _cuda_kernels(lambda: la.fwd(*narrow, False, phi))
 
 
+@pytest.mark.parametrize("hkv", [16, 8])
+def test_bidirectional_state_pass_of_all_rows(hkv):
+    """B4 H16 D256 bidirectional: the state pass's programs (4 tiles x B x Hkv) fill 132
+    multiprocessors at Hkv 16, so it sums all rows in one segment that the walks' two segments read
+    (csrc's whole_state_pass); at Hkv 8 (128 programs) it sums the two segments and the scan adds
+    them. Forward and backward (its stats pass reads the same states) against float64, on a
+    poisoned allocator."""
+    q, k, v = make(4, 16, hkv, 300, 256, 256, torch.bfloat16)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    poison_allocator()
+    out = la.fwd(*leaves, False)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    ref, _, grads = reference(q, k, v, "elu+1", False, None, None, 1.0, grad_out=grad_out)
+    assert_close("out", out, ref, torch.bfloat16)
+    for name, leaf, g in zip(("dq", "dk", "dv"), leaves, grads):
+        assert_close(name, leaf.grad, g, torch.bfloat16)
+
+
 @pytest.mark.parametrize("n", [128, 129])
 def test_wgmma_rows_past_int32(n):
     """The Gluon reverse walks at 128 features copy rows in 32-bit offsets within a head: with q's

@@ -108,9 +108,10 @@ WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2), ("bf16",
 # The bidirectional walk in Gluon (fwd_wgmma.py _fixed_state_walk), same form, at 256 features alone:
 # la_fwd_kernel there holds one program per multiprocessor and waits for each dot (latency-bound),
 # where at 64 and 128 it is within 2x of the memory floor. Its Dv tile is la_fwd_kernel's
-# bidirectional one (128 on sm_90): the state's bf16 copy (64 KB), three stages of q (96 KB) and qf
-# (32 KB) take 192 KB.
-WGMMA_BIDIR_FWD_TILES = {("bf16", 256): (64, 8, 3)}
+# bidirectional one, on sm_90 all of Dv (ARCH_TILES): q is read and its features computed once per
+# chunk; the state's bf16 copy (128 KB), two stages of q (64 KB) and qf (32 KB) take 224 KB, in 255
+# registers and 8 bytes of stack.
+WGMMA_BIDIR_FWD_TILES = {("bf16", 256): (64, 8, 2)}
 # The backward's walks in Gluon (bwd_wgmma.py, sm_90 only): dq, dv and dk for bf16 with one feature
 # part, all features and value columns in one program (C, warps, cp.async stages), where the Triton
 # kernels at 128 tile F by 32 (dq, dk) or Dv by 64 (dv). 4 warps at 64: two programs per SM, the
@@ -206,7 +207,7 @@ ARCH_TILES = {
     90: {"TILES": {("bf16", 256): (64, 64, 8, 2)},
          "STATE_TILES": {("bf16", 256): (64, 128, 4, 3, 128), ("bf16", 256, 0): (16, 128, 8, 4)},
          "FWD_TILES": {("bf16", 256, 0): (16, 128, 8, 1)},
-         "BIDIR_FWD_TILES": {("bf16", 256): (64, 128, 8, 3), ("bf16", 256, 0): (64, 128, 8, 2),
+         "BIDIR_FWD_TILES": {("bf16", 256): (64, 256, 8, 1), ("bf16", 256, 0): (64, 128, 8, 2),
                              ("bf16", 512): (32, 128, 8, 1)}},
 }
 
