@@ -300,15 +300,17 @@ def test_segment_rule(b, h, n, d, causal, g, seg_rows):
     assert (st.g, st.l) == (g, seg_rows)
 
 
-@pytest.mark.parametrize("b,h,n,g", [(4, 16, 4096, 1), (1, 16, 65536, 4)])
-def test_segment_rule_at_256_features_on_sm90(monkeypatch, b, h, n, g):
-    """sm_90's bidirectional forward at 256 features holds 128 value columns in 8 warps of 255
-    registers, one program per multiprocessor: one wave of them, so at B4 H16 one segment (no scan)."""
+@pytest.mark.parametrize("b,h,n,g,whole", [(4, 16, 4096, 2, True), (1, 16, 65536, 8, False)])
+def test_segment_rule_at_256_features_on_sm90(monkeypatch, b, h, n, g, whole):
+    """sm_90's bidirectional forward at 256 features (the Gluon walk) holds all 256 value columns in
+    8 warps, one program per multiprocessor: one wave of them, so two segments at B4 H16, whose state
+    pass (2 x 2 tiles a head: 256 programs) sums all rows in one (whole_state_pass: no scan). At B1
+    (64 programs) the segments keep their own sums and the scan."""
     monkeypatch.setattr(drv, "device_arch", lambda device: 90)
     q = torch.empty(b, h, n, 256, dtype=torch.bfloat16)
     st = drv._Setup(q, q, q, "elu+1", False, None, None, None)
-    assert (st.fwd[1], st.nt) == (128, 2)
-    assert st.g == g
+    assert (st.fwd[1], st.nt) == (256, 1)
+    assert (st.g, st.whole_state) == (g, whole)
 
 
 @pytest.mark.parametrize("cos", [False, True])

@@ -51,7 +51,7 @@ def test_the_sm90_tiles_measured_on_hoppers():
     maps keep the causal one (the Gluon walk's Dv tile)."""
     for table, feat, tile in (("TILES", 2, (64, 64, 8, 2)), ("TILES", 0, (64, 64, 8, 2)),
                               ("STATE_TILES", 2, (64, 128, 4, 3, 128)), ("STATE_TILES", 0, (16, 128, 8, 4)),
-                              ("BIDIR_FWD_TILES", 3, (64, 128, 8, 3)), ("BIDIR_FWD_TILES", 0, (64, 128, 8, 2)),
+                              ("BIDIR_FWD_TILES", 3, (64, 256, 8, 1)), ("BIDIR_FWD_TILES", 0, (64, 128, 8, 2)),
                               ("FWD_TILES", 0, (16, 128, 8, 1)), ("FWD_TILES", 2, spec.FWD_TILES["bf16", 256])):
         assert spec.tile_of(table, 90, "bf16", 256, feat) == tile, (table, feat)
         assert spec.tile_of(table, 80, "bf16", 256, feat) == spec.TABLES[table]["bf16", 256]
