@@ -59,9 +59,11 @@ CASES = [
     # so segments must hold whole chunks of both (a regression caught on the H200).
     (1, 2, 2, 130, 48, 24, torch.float16, "elu+1", True, True, False, None, False),
     (1, 2, 1, 33, 16, 16, torch.bfloat16, "relu", True, False, False, None, False),  # relu compiled in (FEAT 3)
-    # Cosformer above 128 features: the 512 block (2 x 144 padded features), segments and a state;
-    # then a decode step there
+    # Cosformer above 128 features: the 512 block (2 x 144 padded features), whose forward, stats
+    # pass and dv walk one part per launch (spec.walks_by_part), segments and a state; bidirectional there with
+    # GQA, transposed inputs and Dv over several of the forward's tiles; then a decode step
     (1, 2, 1, 70, 136, 24, torch.bfloat16, "elu+1", True, True, True, 32, False),
+    (1, 4, 2, 45, 130, 40, torch.bfloat16, "relu", False, True, False, 16, True),
     (1, 2, 1, 1, 200, 16, torch.bfloat16, "relu", True, True, True, None, False),
 ]
 
@@ -129,6 +131,17 @@ def test_every_architectures_tiles(monkeypatch, dtype, block, feat, arch, causal
     phi = "elu+1" if not feat else next(p for p, kind in K.PHI_KINDS.items() if kind + 1 == feat)
     d = (block // 2 if feat == 0 else block) - 8
     check_against_reference(1, 2, 1, 150, d, 130, DTYPES[dtype], phi, causal, feat == 0, False)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("arch", [None, *spec.ARCH_TILES])
+def test_split_forward_in_every_architectures_tiles(monkeypatch, arch, causal):
+    """Cosformer's 512 block walks the forward, the stats pass and dv one part per launch
+    (spec.walks_by_part), in the tiles of 256 features under FEAT 0 as each architecture has them:
+    D 248 (2 x 248 features), Dv 130, N past a 128-row chunk."""
+    monkeypatch.setattr(drv, "device_arch", lambda device: arch)
+    check_against_reference(1, 2, 1, 150, spec.COSFORMER_BLOCK // 2 - 8, 130, torch.bfloat16, "elu+1", causal, True,
+                            False)
 
 
 @pytest.mark.parametrize("state", [False, True], ids=["folded", "scanned"])

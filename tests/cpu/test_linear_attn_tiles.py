@@ -55,9 +55,26 @@ def test_the_sm90_tiles_measured_on_hoppers():
                               ("FWD_TILES", 0, (16, 128, 8, 1)), ("FWD_TILES", 2, spec.FWD_TILES["bf16", 256])):
         assert spec.tile_of(table, 90, "bf16", 256, feat) == tile, (table, feat)
         assert spec.tile_of(table, 80, "bf16", 256, feat) == spec.TABLES[table]["bf16", 256]
-    # Cosformer's bidirectional forward at 512 features: 176 KB on sm_90, the shared 80 KB elsewhere
-    assert spec.tile_of("BIDIR_FWD_TILES", 90, "bf16", 512, 0) == (32, 128, 8, 1)
-    assert spec.tile_of("BIDIR_FWD_TILES", 80, "bf16", 512, 0) == (32, 32, 8, 1)
+
+
+def test_the_512_walks_by_part_in_the_tiles_of_256_features():
+    """At Cosformer's 512 block the forward and dv walk one part per launch (SPLIT), each the walk of
+    Cosformer at D 128 (256 features, FEAT 0), in that walk's tiles on every architecture; every
+    other block walks all of its features in one launch."""
+    checked = 0
+    for name, tables in (("la_fwd", lambda causal: spec.fwd_table(causal)), ("la_bwd_dv", lambda causal: "TILES")):
+        for v in next(k for k in spec.KERNELS if k.name == name).variants():
+            key = v.key_dict
+            for arch in (80, 90, 100, 120):
+                c = v.constexprs(arch)
+                assert c["SPLIT"] == (key["BK"] == spec.COSFORMER_BLOCK), v.name
+                if c["SPLIT"]:
+                    want = spec.tile_of(tables(key["CAUSAL"]), arch, key["dtype"], spec.COSFORMER_BLOCK // 2, 0)
+                    # (stages may be lowered per architecture: MAX_STAGES)
+                    assert (c["C"], c["BT"], v.num_warps(arch)) == want[:3], (v.name, arch)
+                    checked += 1
+    assert checked == 2 * 2 * 4 * len(spec.COSFORMER_BLOCK_DTYPES)
+    assert set(spec.SPLIT_KERNELS) == {"la_fwd", "la_bwd_dv"}
 
 
 def test_overrides_name_existing_tables_and_keys_and_build_the_same_variants():

@@ -176,6 +176,28 @@ def test_cosformer_512_features_odd_shapes(b, h, hkv, n, d, dv):
     check_odd_shape(b, h, hkv, n, d, dv, True, torch.bfloat16)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_cosformer_512_walks_one_part_per_launch(causal):
+    """At the 512 block the forward, the backward's stats pass and dv each take two launches, one per
+    Cosformer part (spec.walks_by_part), part 1 adding part 0's sums; several segments, GQA, N off
+    the chunk, against float64."""
+    b, h, hkv, n, d, dv = 2, 4, 2, 2 * 4096 + 33, 200, 72
+    q, k, v = make(b, h, hkv, n, d, dv, torch.bfloat16, phi="elu+1")
+    cos, sin = weights(n, b)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    poison_allocator()
+    outs = []
+    names = _cuda_kernels(lambda: outs.append(la.fwd(*leaves, causal, "elu+1", 1e-6, cos, sin, scale=0.37)))
+    assert names.count("la_fwd_kernel") == 2, names
+    grad_out = torch.randn_like(outs[0])
+    names = _cuda_kernels(lambda: outs[0].backward(grad_out))
+    assert names.count("la_fwd_kernel") == 2 and names.count("la_bwd_dv_kernel") == 2, names  # stats pass, dv
+    ref, _, grads = reference(q, k, v, "elu+1", causal, cos, sin, 0.37, grad_out=grad_out)
+    assert_close("out", outs[0], ref, torch.bfloat16)
+    for name, leaf, g in zip(("dq", "dk", "dv"), leaves, grads):
+        assert_close(name, leaf.grad, g, torch.bfloat16)
+
+
 @pytest.mark.parametrize("cosformer", [False, True])
 def test_states_at_256_features(cosformer):
     """The walk at 256 features starts from a given state and writes the final one (write_final),

@@ -477,16 +477,16 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
 
 @gluon.jit
 def la_bwd_dv_wgmma_kernel(
-    q_ptr, k_ptr, do_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, den_ptr,
+    q_ptr, k_ptr, do_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, den_ptr, acc_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L,
-    phi_kind, normalize, n_parts, has_r,
+    phi_kind, normalize, n_parts, has_r, part,
     scale,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sd_b, sd_h, sd_n, sdv_b, sdv_h, sdv_n,
     sw_b, sr_bh, sr_g,
     C: gl.constexpr, CAUSAL: gl.constexpr, BK: gl.constexpr, BT: gl.constexpr, PREC: gl.constexpr,
     FEAT: gl.constexpr, STAGES: gl.constexpr,
 ):
-    """la_bwd_dv_kernel's arguments (causal); wc, ws, phi_kind and n_parts are unused. All of Dv in
+    """la_bwd_dv_kernel's arguments (causal); wc, ws, phi_kind, n_parts, acc and part are unused. All of Dv in
     one program: grid G x B*Hkv (fastest first)."""
     gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0, "the causal bf16 dv with one feature part")
     gl.static_assert(C == 64 and BK == BT and BK >= 64, "64-row chunks, as many features as value columns")

@@ -15,7 +15,8 @@ and the stats pass; bidirectional at 256, the plain forward) and the 17 of the G
 _wgmma_dq_built: dq with the stats for three maps and without them for softmax_free; block 128: dv
 and dk for three maps; block 64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES,
 WGMMA_BIDIR_FWD_TILES, WGMMA_BWD_TILES) + the 7 of Cosformer's 512 block (COSFORMER_BLOCK, bf16:
-the state pass, the forward and dv in two modes and the decode kernel) = 357 variants. The bf16 tiles of blocks 64 and
+the state pass, the forward and dv in two modes, which walk one part per launch (walks_by_part), and
+the decode kernel) = 357 variants. The bf16 tiles of blocks 64 and
 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state
 pass and the forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward
 BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128
@@ -54,10 +55,6 @@ TILES = {
     ("fp16", 128): (32, 64, 8, 2),
     ("fp16", 256): (32, 32, 8, 2),
     ("fp32", 256): (16, 16, 4, 1),
-    # Cosformer above 128 features (COSFORMER_BLOCK; the dv pass's tile, the others' below): a
-    # [512, BT] fp32 state is 64 registers per thread at BT 32 with 8 warps; one stage keeps the
-    # 512-wide q and k tiles under 99 KB.
-    ("bf16", 512): (32, 32, 8, 1),
 }
 # The state pass and the forward hold all of Dv in one program at 128 features in bf16 (features
 # computed once per row, not once per Dv tile). H200 sweep at B1 H16 N65536 D128 (Triton JIT, each
@@ -72,7 +69,8 @@ TILES = {
 # alone, benchmarks/tune_linear_attn.py --cosformer --shapes 2): the state pass 1.55 ms with the shared
 # (32, 32, 8, 1), 0.76 ms with (16, 64, 8, 1); the causal forward 30.9 ms, 6.44 ms with (16, 32, 8, 2)
 # (9.15 with one stage; every other tile 10-39 ms: the [512, BT] state and z's [512, 16] tile leave
-# little room).
+# little room). So the forward and dv walk one part at a time there (walks_by_part), in the tiles of
+# 256 features and FEAT 0 (Cosformer at D 128), and only the state pass has a tile at 512.
 # A fifth element is the state pass's feature tile (state_feature_tile; none: the whole block): the
 # sums contract over rows, so a [128, 128] tile of a wider S needs nothing from the other programs
 # and holds 64 registers of it per thread with 4 warps, where all features took [512, 64] at 8
@@ -81,7 +79,7 @@ TILES = {
 # 0.347 ms; (64, 128, 4, 3, 128) 0.363 / 0.348, 256-feature tiles 0.47-0.81. 64 KB: it fits sm_80.
 STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3), ("bf16", 256): (32, 64, 4, 2),
                ("bf16", 512): (32, 128, 4, 4, 128)}
-FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2), ("bf16", 512): (16, 32, 8, 2)}
+FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2)}
 # The bidirectional forward (CAUSAL = 0) keeps only the fixed state's bf16 operand for its loop.
 # While that was a hi + lo pair, all of Dv in one program at 128 features held 64 KB of it in
 # registers (3.8x the memory floor at B4 H16 N4096) and Dv tiles of 64 won. With one bf16 rounding
@@ -89,10 +87,10 @@ FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8,
 # H200 JIT sweep, B4 H16 N4096 D128 0.119 -> 0.100 ms, B1 H16 N65536 D128 0.401 -> 0.328 ms (with
 # segment_count's two programs per SM; results/linear_attn.md, tenth session). At 256 (JIT sweep, B4
 # H16 N4096 D256): 0.958 ms with (32, 32, 8, 2), 0.284 ms with (64, 64, 8, 2), no spill; sm_90 has
-# its own (ARCH_TILES). At 512 (the sweep above) (32, 32, 8, 1), 1.67 ms: (16, 64, 8, 1) took 1.99,
-# and the faster ones need sm_90's shared memory (ARCH_TILES).
-BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (64, 64, 8, 2),
-                   ("bf16", 512): (32, 32, 8, 1)}
+# its own (ARCH_TILES). At 512 all features in one program took 1.67 ms in (32, 32, 8, 1) (the sweep
+# above; (16, 64, 8, 1) 1.99 ms, and on sm_90 (32, 128, 8, 1), 176 KB, 0.955 ms); it walks one part
+# at a time instead (walks_by_part).
+BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (64, 64, 8, 2)}
 
 
 # The causal forward walk in Gluon (fwd_wgmma.py, sm_90 only) where it is built: bf16, one feature
@@ -164,6 +162,23 @@ COSFORMER_BLOCK = 512
 COSFORMER_BLOCK_DTYPES = ("bf16",)
 
 
+def walks_by_part(block: int) -> bool:
+    """Whether la_fwd_kernel and la_bwd_dv_kernel walk the block's two Cosformer parts in two
+    launches (SPLIT), part 1 adding part 0's sums: at 512 features a program that held all of them
+    ran small tiles and spilled (B4 H16 N4096 D256 on an H100, thirty-seventh session: causal
+    forward 5.95 ms in its best tile, dv 7.30 ms), where each part is the walk of Cosformer at D 128
+    (256 features, FEAT 0)."""
+    return block == COSFORMER_BLOCK
+
+
+SPLIT_KERNELS = ("la_fwd", "la_bwd_dv")
+
+
+def walk_block(block: int) -> int:
+    """The features one program of SPLIT_KERNELS holds, whose tiles it takes: half of a split block."""
+    return block // 2 if walks_by_part(block) else block
+
+
 def feature_blocks(dtype: str, feat: int) -> tuple[int, ...]:
     """The blocks of all F features built for `dtype` tensors and the feature key FEAT."""
     wide = feat == 0 and dtype in COSFORMER_BLOCK_DTYPES
@@ -197,7 +212,8 @@ TABLES = {"TILES": TILES, "STATE_TILES": STATE_TILES, "FWD_TILES": FWD_TILES, "B
 #   (32, 128, 8, 3) with the other bidirectional tile (128, 128, 8, 1) measured in between (0.382,
 #   0.273 ms).
 # - Cosformer's bidirectional forward at 512 features (thirty-seventh session, H100 JIT sweep at B4
-#   H16 N4096 D256) (32, 128, 8, 1), 176 KB: 1.67 -> 0.955 ms; (16, 128, 8, 1) 1.14 ms.
+#   H16 N4096 D256) (32, 128, 8, 1), 176 KB: 1.67 -> 0.955 ms; (16, 128, 8, 1) 1.14 ms. (Since
+#   replaced by the walk of one part at a time, walks_by_part.)
 # - The state pass in 128-feature tiles (STATE_TILES' fifth element; thirty-eighth session, H100 JIT
 #   sweep, B4 H16 N4096, the op's causal segments / one segment): D256 (64, 128, 4, 3, 128) 0.132 /
 #   0.131 ms against (16, 128, 8, 4)'s 0.178 / 0.154 (96 KB with 3 stages: sm_90 only). AOT A/B on
@@ -209,8 +225,7 @@ ARCH_TILES = {
     90: {"TILES": {("bf16", 256): (64, 64, 8, 2)},
          "STATE_TILES": {("bf16", 256): (64, 128, 4, 3, 128), ("bf16", 256, 0): (16, 128, 8, 4)},
          "FWD_TILES": {("bf16", 256, 0): (16, 128, 8, 1)},
-         "BIDIR_FWD_TILES": {("bf16", 256): (64, 256, 8, 1), ("bf16", 256, 0): (64, 128, 8, 2),
-                             ("bf16", 512): (32, 128, 8, 1)}},
+         "BIDIR_FWD_TILES": {("bf16", 256): (64, 256, 8, 1), ("bf16", 256, 0): (64, 128, 8, 2)}},
 }
 
 
@@ -309,10 +324,10 @@ def _state_params(ptr: str) -> tuple:
 
 def _fwd_params(ptr: str) -> tuple:
     return (*_ptrs(ptr, "q", "k", "v", "o"), *_W,
-            *_ptrs(_F32, "s", "z", "sf", "zf", "den", "dl"),
+            *_ptrs(_F32, "s", "z", "sf", "zf", "den", "dl", "acc", "accd"),
             ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
             ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_s", _I),
-            ("write_final", _I), ("stats", _I), ("scale", "fp32"), ("eps", "fp32"),
+            ("write_final", _I), ("stats", _I), ("part", _I), ("scale", "fp32"), ("eps", "fp32"),
             *_strides("q", "k", "v", "o"),
             ("sw_b", "i64"), ("ss_bh", "i64"), ("ss_g", "i64"), ("sz_bh", "i64"), ("sz_g", "i64"))
 
@@ -327,9 +342,9 @@ def _dq_params(ptr: str) -> tuple:
 
 
 def _dv_params(ptr: str) -> tuple:
-    return (*_ptrs(ptr, "q", "k", "do", "dv"), *_W, *_ptrs(_F32, "r", "den"),
+    return (*_ptrs(ptr, "q", "k", "do", "dv"), *_W, *_ptrs(_F32, "r", "den", "acc"),
             ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
-            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_r", _I),
+            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_r", _I), ("part", _I),
             ("scale", "fp32"),
             *_strides("q", "k", "do", "dv"),
             ("sw_b", "i64"), ("sr_bh", "i64"), ("sr_g", "i64"))
@@ -415,14 +430,17 @@ def _spec(name: str) -> KernelSpec:
     params, block, other, table, mode = _KERNELS[name]
     extra, extra_built = _EXTRA_KEYS.get(name, ({}, lambda key: True))
 
+    held = walk_block if name in SPLIT_KERNELS else lambda b: b
+
     def tile(key: dict) -> tuple:
-        return tile_of(table(key), key["arch"], key["dtype"], key[block], key["FEAT"])
+        return tile_of(table(key), key["arch"], key["dtype"], held(key[block]), key["FEAT"])
 
     def constexprs(key: dict) -> dict:
         c, t = tile(key)[:2]
         feature_tile = {"BF": state_feature_tile(tile(key), key[block])} if name == "la_state" else {}
+        split = {"SPLIT": int(walks_by_part(key[block]))} if name in SPLIT_KERNELS else {}
         return {"C": c, block: key[block], **feature_tile, other: t, "PREC": PRECISION[key["dtype"]],
-                mode: key[mode], "FEAT": key["FEAT"], **{k: key[k] for k in extra}}
+                mode: key[mode], "FEAT": key["FEAT"], **split, **{k: key[k] for k in extra}}
 
     def built(key: dict) -> bool:
         blocks = feature_blocks(key["dtype"], key["FEAT"]) if block == "BK" else BLOCKS[key["dtype"]]

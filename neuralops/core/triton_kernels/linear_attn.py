@@ -29,7 +29,9 @@ Dtypes fp16, bf16, fp32 on CUDA (fp32 accumulation; dot operands in bf16 for bf1
 for fp16, tf32x3 for fp32), any floating dtype on the fallback; D and Dv up to 256 on the kernels
 (under Cosformer D above 128 in bf16 alone), any N >= 1, any strides with a unit last stride (a
 transposed ``[B, N, H, D]`` view is read in place).
-Causal mode is chunked: O(N) memory, never an N x N matrix. For the backward, autograd saves the
+Causal mode is chunked: O(N) memory, never an N x N matrix. Under Cosformer above D 128 the kernels
+walk the two feature parts of the forward one after the other, through an fp32 buffer of the first
+part's sums (``[B, H, N, Dv]``, held during the call). For the backward, autograd saves the
 inputs and the forward's per-segment states (fp32 ``[B, Hkv, G, D*Dv + D]``, padded to 16, with G a
 few segments per multiprocessor-wave: 4 MB at B4 H16 N4096 D64), which the backward would otherwise
 recompute with a pass over k and v; the seed's ``bwd`` recomputes them.
