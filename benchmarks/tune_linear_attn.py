@@ -66,17 +66,14 @@ WEIGHTS: tuple = (None, None)
 SEG_LEN: "int | None" = None
 
 
-def _block(q, table: str = "STATE_TILES") -> int:
-    """The block of the tile `table` gives these inputs: the forward's at Cosformer's 512 is that of
-    the part it walks (spec.walk_block)."""
-    block = drv.block_for("bf16", (2 if WEIGHTS[0] is not None else 1) * drv.pad16(q.shape[-1]))
-    return block if table == "STATE_TILES" else spec.walk_block(block)
+def _block(q) -> int:
+    return drv.block_for("bf16", (2 if WEIGHTS[0] is not None else 1) * drv.pad16(q.shape[-1]))
 
 
 def _setup(q, k, v, table: str, tile: tuple, causal: bool = True) -> drv._Setup:
     """The op's plan for these inputs with `tile` put in `table` (spec.TABLES: STATE_TILES, FWD_TILES or
     BIDIR_FWD_TILES) for bf16 at this block: the segments follow the tile, as the op's would."""
-    with spec.tile_replaced(table, ("bf16", _block(q, table)), tile):
+    with spec.tile_replaced(table, ("bf16", _block(q)), tile):
         return drv._Setup(q, k, v, "elu+1", causal, *WEIGHTS, SEG_LEN, None)
 
 
@@ -102,7 +99,7 @@ BIDIR_SEG_LENS = (None, 1024, 512)
 
 def _bidir_call(q, k, v, tile: tuple, seg_len: int | None):
     def call() -> None:
-        with spec.tile_replaced("BIDIR_FWD_TILES", ("bf16", _block(q, "BIDIR_FWD_TILES")), tile):
+        with spec.tile_replaced("BIDIR_FWD_TILES", ("bf16", _block(q)), tile):
             drv.forward(q, k, v, causal=False, cos=WEIGHTS[0], sin=WEIGHTS[1], seg_len=seg_len)
     return call
 

@@ -10,7 +10,7 @@ import triton
 from triton_src.linear_attn import kernels as K
 from triton_src.linear_attn.spec import (DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
                                          dk_dv_built, dq_stats_built, feature_blocks, feature_key, fwd_table,
-                                         state_feature_tile, tile_of, walk_block, walks_by_part)
+                                         state_feature_tile, tile_of, walks_by_part)
 
 
 def pad16(x: int) -> int:
@@ -124,11 +124,8 @@ class _Setup:
         self.prec = PRECISION[self.dtype]
         self.arch = device_arch(q.device)
         # (C, BT, launch options, Dv tiles) of the state pass, the forward and the dv pass.
-        # The forward and dv passes' tiles are those of the features a program holds (a Cosformer part
-        # at the 512 block: spec.walks_by_part).
-        state_tile = tile_of("STATE_TILES", self.arch, self.dtype, self.bk, self.feat)
-        fwd_tile, dv_tile = (tile_of(t, self.arch, self.dtype, walk_block(self.bk), self.feat)
-                             for t in (fwd_table(self.causal), "TILES"))
+        state_tile, fwd_tile, dv_tile = (tile_of(t, self.arch, self.dtype, self.bk, self.feat)
+                                         for t in ("STATE_TILES", fwd_table(self.causal), "TILES"))
         self.state, self.fwd, self.dvt = (self._tiles(t) for t in (state_tile, fwd_tile, dv_tile))
         # The state pass's feature tile, and its programs per segment and head: Dv x feature tiles.
         self.state_bf = state_feature_tile(state_tile, self.bk)

@@ -14,9 +14,9 @@ Gluon forward (la_fwd_wgmma: bf16, three maps; causal at blocks 64, 128 and 256,
 and the stats pass; bidirectional at 256, the plain forward) and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128,
 _wgmma_dq_built: dq with the stats for three maps and without them for softmax_free; block 128: dv
 and dk for three maps; block 64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES,
-WGMMA_BIDIR_FWD_TILES, WGMMA_BWD_TILES) + the 7 of Cosformer's 512 block (COSFORMER_BLOCK, bf16:
-the state pass, the forward and dv in two modes, which walk one part per launch (walks_by_part), and
-the decode kernel) = 357 variants. The bf16 tiles of blocks 64 and
+WGMMA_BIDIR_FWD_TILES, WGMMA_BWD_TILES) + the 21 of Cosformer's 512 block (COSFORMER_BLOCK, every
+dtype: the state pass, the forward and dv in two modes, which walk one part per launch
+(walks_by_part), and the decode kernel) = 371 variants. The bf16 tiles of blocks 64 and
 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state
 pass and the forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward
 BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128
@@ -55,6 +55,12 @@ TILES = {
     ("fp16", 128): (32, 64, 8, 2),
     ("fp16", 256): (32, 32, 8, 2),
     ("fp32", 256): (16, 16, 4, 1),
+    # Cosformer above 128 features (COSFORMER_BLOCK), the dv pass's: its walk holds one part's 256
+    # features (walks_by_part), so the 256 block's tiles, but fp32's 8 warps (432 bytes of stack
+    # against 680 with 4, sm_90 cubin).
+    ("bf16", 512): (64, 32, 8, 2),
+    ("fp16", 512): (32, 32, 8, 2),
+    ("fp32", 512): (16, 16, 8, 1),
 }
 # The state pass and the forward hold all of Dv in one program at 128 features in bf16 (features
 # computed once per row, not once per Dv tile). H200 sweep at B1 H16 N65536 D128 (Triton JIT, each
@@ -69,17 +75,24 @@ TILES = {
 # alone, benchmarks/tune_linear_attn.py --cosformer --shapes 2): the state pass 1.55 ms with the shared
 # (32, 32, 8, 1), 0.76 ms with (16, 64, 8, 1); the causal forward 30.9 ms, 6.44 ms with (16, 32, 8, 2)
 # (9.15 with one stage; every other tile 10-39 ms: the [512, BT] state and z's [512, 16] tile leave
-# little room). So the forward and dv walk one part at a time there (walks_by_part), in the tiles of
-# 256 features and FEAT 0 (Cosformer at D 128), and only the state pass has a tile at 512.
+# little room). So the forward and dv walk one part at a time there (walks_by_part), in tiles of 256
+# features (below).
 # A fifth element is the state pass's feature tile (state_feature_tile; none: the whole block): the
 # sums contract over rows, so a [128, 128] tile of a wider S needs nothing from the other programs
 # and holds 64 registers of it per thread with 4 warps, where all features took [512, 64] at 8
 # warps and C 16 (thirty-eighth session, H100 JIT sweep at B4 H16 N4096 D256 Cosformer, the op's
 # causal segments / one segment): (16, 64, 8, 1) 0.767 / 0.758 ms, (32, 128, 4, 4, 128) 0.360 /
 # 0.347 ms; (64, 128, 4, 3, 128) 0.363 / 0.348, 256-feature tiles 0.47-0.81. 64 KB: it fits sm_80.
+# fp16 and fp32 at 512 take their 256 block's tile on each half of the features (their tf32 and
+# tf32x3 operands hold twice bf16's registers; not swept).
 STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3), ("bf16", 256): (32, 64, 4, 2),
-               ("bf16", 512): (32, 128, 4, 4, 128)}
-FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2)}
+               ("bf16", 512): (32, 128, 4, 4, 128), ("fp16", 512): (*TILES["fp16", 256], 256),
+               ("fp32", 512): (*TILES["fp32", 256], 256)}
+# The forward at 512 walks one part (walks_by_part): bf16 takes Cosformer D128's tile (256 features,
+# FEAT 0), fp16 (16, 32, 8, 2), whose sm_90 cubin has 128 bytes of stack where (32, 32, 8, 2) had
+# 2400, and fp32 8 warps (1384 bytes against 2144 with 4). Not timed.
+FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2), ("bf16", 512): (32, 32, 8, 2),
+             ("fp16", 512): (16, 32, 8, 2)}
 # The bidirectional forward (CAUSAL = 0) keeps only the fixed state's bf16 operand for its loop.
 # While that was a hi + lo pair, all of Dv in one program at 128 features held 64 KB of it in
 # registers (3.8x the memory floor at B4 H16 N4096) and Dv tiles of 64 won. With one bf16 rounding
@@ -89,8 +102,9 @@ FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8,
 # H16 N4096 D256): 0.958 ms with (32, 32, 8, 2), 0.284 ms with (64, 64, 8, 2), no spill; sm_90 has
 # its own (ARCH_TILES). At 512 all features in one program took 1.67 ms in (32, 32, 8, 1) (the sweep
 # above; (16, 64, 8, 1) 1.99 ms, and on sm_90 (32, 128, 8, 1), 176 KB, 0.955 ms); it walks one part
-# at a time instead (walks_by_part).
-BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (64, 64, 8, 2)}
+# at a time instead (walks_by_part), in the tiles of 256 features.
+BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (64, 64, 8, 2),
+                   ("bf16", 512): (64, 64, 8, 2), ("fp16", 512): (32, 32, 8, 2)}
 
 
 # The causal forward walk in Gluon (fwd_wgmma.py, sm_90 only) where it is built: bf16, one feature
@@ -154,12 +168,11 @@ BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
 # Cosformer doubles the features (F = 2 D): at D > 128 they take a block of 512, which only the
 # kernels whose block holds all F features (BK: the Dv-tiled ones and the decode kernel) build, and
 # only for the run-time map (FEAT 0), the one Cosformer runs; dq's and dk's block holds Dv (<= 256).
-# bf16 alone: with fp16's tf32 operands the causal dv pass needs 128 KB of shared memory per block
-# at 512 features, and with fp32's tf32x3 the forward 128 KB and dv 192 KB, over the 99 KB of sm_80's
-# cubins at the smallest tiles (C 16, Dv 16, one stage). neuralops/core/triton_kernels/linear_attn.py
-# COSFORMER_WIDE_DTYPES holds the same (a CPU test checks).
+# Every dtype builds it: the forward and dv walk one part at a time (walks_by_part), which fits
+# sm_80's 99 KB of shared memory where all 512 features of fp16's tf32 and fp32's tf32x3 operands
+# did not (128-192 KB at the smallest tiles, thirty-seventh session), and the state pass sums slices
+# of the features (STATE_TILES' fifth element).
 COSFORMER_BLOCK = 512
-COSFORMER_BLOCK_DTYPES = ("bf16",)
 
 
 def walks_by_part(block: int) -> bool:
@@ -174,15 +187,9 @@ def walks_by_part(block: int) -> bool:
 SPLIT_KERNELS = ("la_fwd", "la_bwd_dv")
 
 
-def walk_block(block: int) -> int:
-    """The features one program of SPLIT_KERNELS holds, whose tiles it takes: half of a split block."""
-    return block // 2 if walks_by_part(block) else block
-
-
 def feature_blocks(dtype: str, feat: int) -> tuple[int, ...]:
     """The blocks of all F features built for `dtype` tensors and the feature key FEAT."""
-    wide = feat == 0 and dtype in COSFORMER_BLOCK_DTYPES
-    return (*BLOCKS[dtype], COSFORMER_BLOCK) if wide else BLOCKS[dtype]
+    return (*BLOCKS[dtype], COSFORMER_BLOCK) if feat == 0 else BLOCKS[dtype]
 
 
 TABLES = {"TILES": TILES, "STATE_TILES": STATE_TILES, "FWD_TILES": FWD_TILES, "BIDIR_FWD_TILES": BIDIR_FWD_TILES,
@@ -222,10 +229,11 @@ TABLES = {"TILES": TILES, "STATE_TILES": STATE_TILES, "FWD_TILES": FWD_TILES, "B
 #   0.218) its bidirectional call, two segments and a scan, went 0.263 -> 0.278 ms (state 110 -> 125
 #   us), its causal forward 0.977 -> 0.962 ms.
 ARCH_TILES = {
-    90: {"TILES": {("bf16", 256): (64, 64, 8, 2)},
+    90: {"TILES": {("bf16", 256): (64, 64, 8, 2), ("bf16", 512, 0): (64, 64, 8, 2)},
          "STATE_TILES": {("bf16", 256): (64, 128, 4, 3, 128), ("bf16", 256, 0): (16, 128, 8, 4)},
-         "FWD_TILES": {("bf16", 256, 0): (16, 128, 8, 1)},
-         "BIDIR_FWD_TILES": {("bf16", 256): (64, 256, 8, 1), ("bf16", 256, 0): (64, 128, 8, 2)}},
+         "FWD_TILES": {("bf16", 256, 0): (16, 128, 8, 1), ("bf16", 512, 0): (16, 128, 8, 1)},
+         "BIDIR_FWD_TILES": {("bf16", 256): (64, 256, 8, 1), ("bf16", 256, 0): (64, 128, 8, 2),
+                             ("bf16", 512, 0): (64, 128, 8, 2)}},
 }
 
 
@@ -430,10 +438,8 @@ def _spec(name: str) -> KernelSpec:
     params, block, other, table, mode = _KERNELS[name]
     extra, extra_built = _EXTRA_KEYS.get(name, ({}, lambda key: True))
 
-    held = walk_block if name in SPLIT_KERNELS else lambda b: b
-
     def tile(key: dict) -> tuple:
-        return tile_of(table(key), key["arch"], key["dtype"], held(key[block]), key["FEAT"])
+        return tile_of(table(key), key["arch"], key["dtype"], key[block], key["FEAT"])
 
     def constexprs(key: dict) -> dict:
         c, t = tile(key)[:2]
