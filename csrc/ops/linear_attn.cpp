@@ -948,29 +948,21 @@ BwdResult bwd_cuda(
   }
   Tensor dk = kernel_output(sh.b, sh.hkv, sh.n, p.dp, k);
   Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
-  // The Gluon dv and dk (one program for all of Dv or F) beside dq's (wgmma_dq), Triton's elsewhere.
-  // Where a dk program holds all of F and its variant is built (WITH_DV: spec.py FUSED_BLOCK for
-  // Triton's, WGMMA_FUSED for Gluon's), it computes dv as well: the dv pass would read q, k and
-  // grad_out again and repeat the reverse state's update.
-  const aot::LaBwdDkWgmmaKey dk_wgmma_key{p.dtype, bkv, causal, p.feat,
-                                          aot::la_bwd_dk_wgmma_built({p.dtype, bkv, causal, p.feat, 1})};
+  // Gluon's dk (one program for all of F and Dv) beside dq's (wgmma_dq) computes dv as well, and so
+  // does Triton's where its program holds all of F and its variant is built (WITH_DV: spec.py
+  // FUSED_BLOCK): a dv pass would read q, k and grad_out again and repeat the reverse state's update.
+  const aot::LaBwdDkWgmmaKey dk_wgmma_key{p.dtype, bkv, causal, p.feat};
   const bool wgmma_dk = wgmma_dq && aot::la_bwd_dk_wgmma_runs_on(dk_wgmma_key, q.get_device());
-  const bool dv_in_dk = wgmma_dk ? dk_wgmma_key.WITH_DV != 0
-                                 : nf == 1 && aot::la_bwd_dk_built({p.dtype, bkv, causal, p.feat, 1});
-  const aot::LaBwdDvWgmmaKey dv_wgmma_key{p.dtype, p.bk, causal, p.feat};
-  const bool wgmma_dv = wgmma_dq && !dv_in_dk && aot::la_bwd_dv_wgmma_runs_on(dv_wgmma_key, q.get_device());
-  const auto dv_walk = [&](auto launch, const auto& key, int64_t n_tiles, const PartWalk& w) {
-    launch(key, config(q, n_tiles * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"), p.q.const_data_ptr(),
-           p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, den_ptr,
-           w.acc, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts,
-           rev.has, w.part, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
-           st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1), st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
-  };
-  if (wgmma_dv) {
-    dv_walk(aot::la_bwd_dv_wgmma, dv_wgmma_key, 1, PartWalk{});
-  } else if (!dv_in_dk) {
+  const bool dv_in_dk = wgmma_dk || (nf == 1 && aot::la_bwd_dk_built({p.dtype, bkv, causal, p.feat, 1}));
+  if (!dv_in_dk) {
     part_walks(p, p.split_dv, sh.hkv, false, q, [&](const PartWalk& w) {
-      dv_walk(aot::la_bwd_dv, aot::LaBwdDvKey{p.dtype, p.bk, causal, p.feat}, p.nt_dv, w);
+      aot::la_bwd_dv(aot::LaBwdDvKey{p.dtype, p.bk, causal, p.feat},
+                     config(q, p.nt_dv * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"), p.q.const_data_ptr(),
+                     p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s,
+                     den_ptr, w.acc, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize,
+                     sh.parts, rev.has, w.part, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2),
+                     st(p.k, 0), st(p.k, 1), st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1),
+                     st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
     });
   }
   const auto dk_walk = [&](auto launch, const auto& key, int64_t n_tiles, const char* name) {
@@ -983,7 +975,7 @@ BwdResult bwd_cuda(
            rev.s_g, rev.z_bh, rev.z_g);
   };
   if (wgmma_dk) {
-    dk_walk(aot::la_bwd_dk_wgmma, dk_wgmma_key, 1, dv_in_dk ? "linear_attn_bwd dk and dv" : "linear_attn_bwd dk");
+    dk_walk(aot::la_bwd_dk_wgmma, dk_wgmma_key, 1, "linear_attn_bwd dk and dv");
   } else {
     dk_walk(aot::la_bwd_dk, aot::LaBwdDkKey{p.dtype, bkv, causal, p.feat, dv_in_dk}, nf,
             dv_in_dk ? "linear_attn_bwd dk and dv" : "linear_attn_bwd dk");

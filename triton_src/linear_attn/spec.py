@@ -11,12 +11,12 @@ GQA, states, stats, and phi under Cosformer) is a run-time argument: 5 kernels *
 maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan + the 16 of dq with the stats
 (STATS: bf16 and fp16, see FUSED_BLOCK) and the 8 of dk with dv (WITH_DV: bf16) + the 21 of the
 Gluon forward (la_fwd_wgmma: bf16, three maps; causal at blocks 64, 128 and 256, the plain forward
-and the stats pass; bidirectional at 256, the plain forward) and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128,
-_wgmma_dq_built: dq with the stats for three maps and without them for softmax_free; block 128: dv
-and dk for three maps; block 64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES,
+and the stats pass; bidirectional at 256, the plain forward) and the 14 of the Gluon backward
+(la_bwd_*_wgmma; blocks 64 and 128, _wgmma_dq_built: dq with the stats for three maps and without
+them for softmax_free; dk with dv for three maps), sm_90 only (WGMMA_FWD_TILES,
 WGMMA_BIDIR_FWD_TILES, WGMMA_BWD_TILES) + the 21 of Cosformer's 512 block (COSFORMER_BLOCK, every
 dtype: the state pass, the forward and dv in two modes, which walk one part per launch
-(walks_by_part), and the decode kernel) = 371 variants. The bf16 tiles of blocks 64 and
+(walks_by_part), and the decode kernel) = 368 variants. The bf16 tiles of blocks 64 and
 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state
 pass and the forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward
 BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128
@@ -126,16 +126,14 @@ WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2), ("bf16",
 # on an H100 (forty-second session, two rounds), B4 H16 N4096 D256: the call 0.3475 -> 0.3209 ms
 # (walk 208 -> 174 us), fwd+bwd 2.856 -> 2.737 ms. The Dv-128 tile lost (0.350 -> 0.365 ms).
 WGMMA_BIDIR_FWD_TILES = {("bf16", 256): (64, 8, 2)}
-# The backward's walks in Gluon (bwd_wgmma.py, sm_90 only): dq, dv and dk for bf16 with one feature
-# part, all features and value columns in one program (C, warps, cp.async stages), where the Triton
-# kernels at 128 tile F by 32 (dq, dk) or Dv by 64 (dv). 4 warps at 64: two programs per SM, the
-# one wave that a grid of 1024-row segments at B4 H16 N4096 asks for.
+# The backward's walks in Gluon (bwd_wgmma.py, sm_90 only): dq, and dk with dv in one walk (no dv
+# pass, as the Triton kernels' FUSED_BLOCK), for bf16 with one feature part, all features and value
+# columns in one program (C, warps, cp.async stages), where the Triton kernels at 128 tile F by 32
+# (dq, dk) or Dv by 64 (dv). 4 warps at 64: two programs per SM, the one wave that a grid of
+# 1024-row segments at B4 H16 N4096 asks for. dk with dv takes 255 registers with 16-24 bytes of
+# stack at both blocks, and at 128 writes kf over k's tile to fit 213 KB of shared memory (with a kf
+# buffer of its own it needed 229 KB).
 WGMMA_BWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
-# Blocks whose Gluon dk computes dv in the same walk (WITH_DV: no dv pass), as the Triton kernels'
-# FUSED_BLOCK: at 64 one warpgroup holds the extra accumulator in 255 registers with 48-64 bytes of
-# spill, and the fused kernel still wins (H200, B4 H16 N4096); at 128 (8 warps) it would need more
-# than 255.
-WGMMA_FUSED = (64,)
 WGMMA_ARCHS = (90,)
 
 
@@ -506,11 +504,8 @@ WGMMA_KERNELS = [
     _wgmma_spec("la_bwd_dq_wgmma", "bwd_wgmma.py", _dq_params, WGMMA_BWD_TILES, "BKV", {"STATS": (0, 1)},
                 lambda key: {"BF": key["BKV"], "STATS": key["STATS"]},
                 _wgmma_dq_built),
-    _wgmma_spec("la_bwd_dv_wgmma", "bwd_wgmma.py", _dv_params, WGMMA_BWD_TILES, "BK", {},
-                lambda key: {"BT": key["BK"]}, lambda key: key["BK"] not in WGMMA_FUSED),
-    _wgmma_spec("la_bwd_dk_wgmma", "bwd_wgmma.py", _dk_params, WGMMA_BWD_TILES, "BKV", {"WITH_DV": (0, 1)},
-                lambda key: {"BF": key["BKV"], "WITH_DV": key["WITH_DV"]},
-                lambda key: key["WITH_DV"] == (key["BKV"] in WGMMA_FUSED)),
+    _wgmma_spec("la_bwd_dk_wgmma", "bwd_wgmma.py", _dk_params, WGMMA_BWD_TILES, "BKV", {},
+                lambda key: {"BF": key["BKV"]}),
 ]
 
 
