@@ -883,9 +883,9 @@ BwdResult bwd_cuda(
              p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
              nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), w.acc, w.accd, sh.h, sh.hkv, sh.n,
              p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, 0, 1, w.part,
-             static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
-             st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), p.w.stride_b, seg.s_bh,
-             seg.s_g, seg.z_bh, seg.z_g);
+             static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
+             st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2),
+             p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
     };
     const aot::LaFwdWgmmaKey stats_key{p.dtype, p.bk, causal, p.feat, 1};
     if (aot::la_fwd_wgmma_runs_on(stats_key, q.get_device())) {
@@ -963,8 +963,9 @@ BwdResult bwd_cuda(
     launch(key, config(q, n_tiles * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"), p.q.const_data_ptr(),
            p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, den_ptr,
            w.acc, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts,
-           rev.has, w.part, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
-           st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1), st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
+           rev.has, w.part, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
+           st(p.k, 1), st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1), st(dv, 2),
+           p.w.stride_b, rev.s_bh, rev.s_g);
   };
   if (wgmma_dv) {
     dv_walk(aot::la_bwd_dv_wgmma, dv_wgmma_key, 1, PartWalk{});
