@@ -883,9 +883,9 @@ BwdResult bwd_cuda(
              p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
              nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), w.acc, w.accd, sh.h, sh.hkv, sh.n,
              p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, 0, 1, w.part,
-             static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
-             st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), p.w.stride_b, seg.s_bh,
-             seg.s_g, seg.z_bh, seg.z_g);
+             static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
+             st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2),
+             p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
     };
     const aot::LaFwdWgmmaKey stats_key{p.dtype, p.bk, causal, p.feat, 1};
     if (aot::la_fwd_wgmma_runs_on(stats_key, q.get_device())) {
