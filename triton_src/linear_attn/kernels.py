@@ -393,6 +393,15 @@ def _segment_state(s_ptr, z_ptr, bk, g, G, has_s, ss_bh, ss_g, sz_bh, sz_g, frow
 
 
 @triton.jit
+def _part_sums(ptr, x, mask, part, writes):
+    """The sums of a walk split by Cosformer part (SPLIT): part 0 leaves its x at ptr (fp32; where
+    `writes`, one program of those that hold the same x) and gets x back; part 1 gets x plus them."""
+    total = x + tl.load(ptr, mask=mask & (part != 0), other=0.0)
+    tl.store(ptr, x, mask=mask & (part == 0) & writes)
+    return total
+
+
+@triton.jit
 def _program(n_tiles, n_heads, G, HKV):
     """(tile, head within its kv head's group, segment, b * Hkv + hk, b, hk) of this program, for
     grids of n_tiles x n_heads x G x B*Hkv (fastest first); kv-head kernels pass n_heads = 1."""
@@ -644,12 +653,10 @@ def la_fwd_kernel(
             den = tl.sum(dacc, 1) + eps
         o_mask = r_ok[:, None] & v_ok[None, :]
         r_out = r_ok
-        if SPLIT:  # part 0 leaves its sums to part 1, which adds them
-            a_rows = acc_ptr + (bh * N + rows)[:, None].to(tl.int64) * DV + vc[None, :]
-            out += tl.load(a_rows, mask=o_mask & (part != 0), other=0.0)
-            den += tl.load(accd_ptr + bh * N + rows, mask=r_ok & (part != 0), other=0.0)
-            tl.store(a_rows, out, mask=o_mask & (part == 0))
-            tl.store(accd_ptr + bh * N + rows, den, mask=r_ok & (part == 0) & (t == 0))
+        if SPLIT:
+            out = _part_sums(acc_ptr + (bh * N + rows)[:, None].to(tl.int64) * DV + vc[None, :], out, o_mask, part,
+                             True)
+            den = _part_sums(accd_ptr + bh * N + rows, den, r_ok, part, t == 0)
             o_mask = o_mask & (part != 0)
             r_out = r_ok & (part != 0)
         out = out * (1.0 / tl.where(normalize != 0, den, 1.0))[:, None]  # one division per row
@@ -904,10 +911,9 @@ def la_bwd_dv_kernel(
             rt += _mm(tl.trans(qg), dout, PREC)
         d_mask = r_ok[:, None] & v_ok[None, :] & (rep == reps - 1)
         dv_rows = dv
-        if SPLIT:  # part 0 leaves its rows to part 1, which adds them
-            a_rows = acc_ptr + (bk.to(tl.int64) * N + rows)[:, None] * DV + vc[None, :]
-            dv_rows = dv + tl.load(a_rows, mask=d_mask & (part != 0), other=0.0)
-            tl.store(a_rows, dv, mask=d_mask & (part == 0))
+        if SPLIT:
+            dv_rows = _part_sums(acc_ptr + (bk.to(tl.int64) * N + rows)[:, None] * DV + vc[None, :], dv, d_mask,
+                                 part, True)
             d_mask = d_mask & (part != 0)
         _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv_rows, d_mask)
     launch_dependents()  # last: the next kernel may be scheduled as this grid drains
