@@ -5,7 +5,8 @@ forward; the 256-feature and fp16 bidirectional rows were added after the ninth 
 fp16 forward+backward rows in the twenty-third session, the 256-feature forward+backward and the
 Cosformer rows at 128 features (which run the 256-feature Triton kernels) in the twenty-eighth, its
 causal forward in the twenty-ninth, Cosformer at 256 features (the 512-feature kernels) in the
-thirty-seventh, fp16's and fp32's there in the forty-third (which built their 512 block).
+thirty-seventh, fp16's and fp32's there in the forty-third (fp16's run its 512 block; fp32's the
+fallback, which its built 512 block lost to in the forty-fourth).
 
     python benchmarks/linear_attn_calls.py [--fallback] [text ...]  # with neuralops installed, on a GPU
 

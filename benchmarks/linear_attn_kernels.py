@@ -38,7 +38,6 @@ CASES = {
     "bc256": lambda: fwd_case(4, 16, 4096, 256, False, cosformer=True),
     "fc256": lambda: fwd_case(4, 16, 4096, 256, True, cosformer=True),
     "fbc256h": lambda: fwd_bwd_case(4, 16, 4096, 256, torch.float16, cosformer=True),
-    "fbc256f": lambda: fwd_bwd_case(4, 16, 4096, 256, torch.float32, cosformer=True),
 }
 
 

@@ -16,12 +16,12 @@
 // unless return_state, dS0 and dz0 unless state_grad (two allocations less per call: host time).
 // No gradient flows to the weights.
 //
-// CUDA takes fp16, bf16 and fp32 with D, Dv <= 256 (under Cosformer too: its 2 D features up to 512
-// have their block, spec.py COSFORMER_BLOCK); inputs may have any strides with a unit last stride:
-// a transposed [B, N, H, D] view is read in place. An input whose pointer or strides are not
-// 16-divisible, or whose last dimension is not a multiple of 16, is first copied into a padded
-// buffer (padding that has zero features). CPU tensors of any floating
-// dtype take a chunked ATen path (O(N) memory, like the kernels).
+// CUDA takes fp16, bf16 and fp32 with D, Dv <= 256 (D <= 128 under Cosformer in fp32: the 2 D
+// features up to 512 have their block in bf16 and fp16, spec.py COSFORMER_BLOCK_DTYPES); inputs may
+// have any strides with a unit last stride: a transposed [B, N, H, D] view is read in place. An
+// input whose pointer or strides are not 16-divisible, or whose last dimension is not a multiple of
+// 16, is first copied into a padded buffer (padding that has zero features). CPU tensors of any
+// floating dtype take a chunked ATen path (O(N) memory, like the kernels).
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cat.h>
@@ -398,7 +398,7 @@ int64_t block_for(at::ScalarType dtype, int64_t width) {
     if (b >= width && aot::la_state_built({dtype, b, 0, 0})) return b;
   }
   TORCH_CHECK_VALUE(false, "neuralops.linear_attn: this build has no kernel block that holds ", width,
-                    " features of ", dtype, " tensors (spec.py BLOCKS and COSFORMER_BLOCK); use "
+                    " features of ", dtype, " tensors (spec.py BLOCKS and COSFORMER_BLOCK_DTYPES); use "
                     "linear_attn_pytorch_fallback");
 }
 

@@ -1,6 +1,8 @@
 """The linear attention tiles per architecture (triton_src/linear_attn/spec.py ARCH_TILES): what each
 arch compiles, and that an override changes tiles only, never which variants are built."""
 
+import torch
+
 from neuralops.core.triton_kernels import linear_attn as la
 from triton_src.linear_attn import spec
 
@@ -56,8 +58,8 @@ def test_the_sm90_tiles_measured_on_hoppers():
 
 
 def test_the_512_block_walks_by_part():
-    """At Cosformer's 512 block the forward and dv walk one part per launch (SPLIT) in every dtype
-    and on every architecture, in tiles of at most 128 value columns (a [256, BT] fp32 state per
+    """At Cosformer's 512 block the forward and dv walk one part per launch (SPLIT) in each dtype that
+    builds it and on every architecture, in tiles of at most 128 value columns (a [256, BT] fp32 state per
     program); every other block walks all of its features in one launch."""
     checked = 0
     for name in spec.SPLIT_KERNELS:
@@ -67,7 +69,7 @@ def test_the_512_block_walks_by_part():
                 assert c["SPLIT"] == (v.key_dict["BK"] == spec.COSFORMER_BLOCK), v.name
                 checked += c["SPLIT"]
                 assert not c["SPLIT"] or c["BT"] <= 128, (v.name, arch)
-    assert checked == 2 * 2 * 4 * len(spec.BLOCKS)  # two modes, four architectures
+    assert checked == 2 * 2 * 4 * len(spec.COSFORMER_BLOCK_DTYPES)  # two modes, four architectures
     assert spec.SPLIT_KERNELS == ("la_fwd", "la_bwd_dv")
 
 
@@ -99,12 +101,16 @@ def test_replace_tile_reaches_every_architecture_and_feature_key():
         assert (spec.TABLES[table], spec.ARCH_TILES[90][table]) == before, table  # restored
 
 
-def test_every_dtype_builds_cosformers_512_block():
-    """Cosformer takes D up to MAX_HEAD_DIM in every dtype (the Python layer has no narrower limit
-    under it): each dtype builds the 512-feature block in the kernels that hold all features, for
-    the run-time map alone, and those whose all features spilled walk one part per launch."""
+def test_cosformer_wide_dtypes_are_the_builds():
+    """The dtypes whose Cosformer takes D above 128 in the Python layer are those the build gives the
+    512-feature block (in the kernels that hold all features, for the run-time map alone), and the
+    narrow limit is the others' widest block halved."""
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+    assert tuple(names[d] for d in la.COSFORMER_WIDE_DTYPES) == spec.COSFORMER_BLOCK_DTYPES
+    for dtype in set(names.values()) - set(spec.COSFORMER_BLOCK_DTYPES):
+        assert 2 * la.MAX_NARROW_COSFORMER_HEAD_DIM == max(spec.BLOCKS[dtype])
     assert spec.COSFORMER_BLOCK == 2 * la.MAX_HEAD_DIM
     built = {(v.spec.name, v.key_dict["dtype"], v.key_dict.get("FEAT", 0)) for k in spec.KERNELS
              for v in k.variants() if v.key_dict.get("BK") == spec.COSFORMER_BLOCK}  # la_decode: no FEAT
     assert built == {(name, dtype, 0) for name in ("la_state", "la_fwd", "la_bwd_dv", "la_decode")
-                     for dtype in spec.BLOCKS}
+                     for dtype in spec.COSFORMER_BLOCK_DTYPES}

@@ -177,7 +177,7 @@ def test_cosformer_512_features_odd_shapes(b, h, hkv, n, d, dv):
     check_odd_shape(b, h, hkv, n, d, dv, True, torch.bfloat16)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", la.COSFORMER_WIDE_DTYPES)
 @pytest.mark.parametrize("causal", [True, False])
 def test_cosformer_512_walks_one_part_per_launch(causal, dtype):
     """At the 512 block the forward, the backward's stats pass and dv each take two launches, one per
@@ -367,9 +367,16 @@ def test_outside_the_kernels_limits_uses_the_fallback():
     assert_close("out", out, reference(q, k, v, "elu+1", True, None, None, 1.0)[0], torch.bfloat16)
     with pytest.raises(ValueError, match=r"take D and Dv up to 256, got D=272"):
         torch.ops.neuralops.linear_attn_fwd(q, k, v, None, None, None, None, "elu+1", True, 1e-6, 1.0, False)
-    # Cosformer takes the kernels up to D 256 in every dtype (spec.COSFORMER_BLOCK)
-    cos = weights(10)[0]
-    assert all(la.is_supported(*make(1, 2, 2, 10, 256, 16, dtype), cos_weight=cos) for dtype in DTYPES)
+    # Cosformer above D 128 has kernels in bf16 and fp16 (spec.COSFORMER_BLOCK_DTYPES); fp32 falls back
+    cos, sin = weights(10)
+    for dtype in la.COSFORMER_WIDE_DTYPES:
+        assert la.is_supported(*make(1, 2, 2, 10, 256, 16, dtype), cos_weight=cos)
+    q, k, v = make(1, 2, 2, 10, 136, 16, torch.float32)
+    assert la.is_supported(q, k, v) and not la.is_supported(q, k, v, cos_weight=cos)
+    out = la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin)
+    assert_close("out", out, reference(q, k, v, "elu+1", True, cos, sin, 1.0)[0], torch.float32)
+    with pytest.raises(ValueError, match=r"no kernel block that holds 288 features"):
+        torch.ops.neuralops.linear_attn_fwd(q, k, v, cos, sin, None, None, "elu+1", True, 1e-6, 1.0, False)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -646,7 +653,7 @@ def test_wgmma_rows_past_int32(n):
     grad_out = torch.randn_like(got["out"])
     names = _cuda_kernels(lambda: got["out"].backward(grad_out))
     gluon = hopper and n == 128
-    for walk in ("dq", "dv", "dk"):
+    for walk in ("dq", "dk"):  # dk's walk computes dv too
         assert (f"la_bwd_{walk}_wgmma_kernel" in names) == gluon, names
     ref, _, grads = reference(q, k, v, "relu", True, None, None, 1.0, grad_out=grad_out)
     assert_close("out", got["out"], ref, torch.bfloat16)

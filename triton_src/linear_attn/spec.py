@@ -14,9 +14,9 @@ Gluon forward (la_fwd_wgmma: bf16, three maps; causal at blocks 64, 128 and 256,
 and the stats pass; bidirectional at 256, the plain forward) and the 14 of the Gluon backward
 (la_bwd_*_wgmma; blocks 64 and 128, _wgmma_dq_built: dq with the stats for three maps and without
 them for softmax_free; dk with dv for three maps), sm_90 only (WGMMA_FWD_TILES,
-WGMMA_BIDIR_FWD_TILES, WGMMA_BWD_TILES) + the 21 of Cosformer's 512 block (COSFORMER_BLOCK, every
-dtype: the state pass, the forward and dv in two modes, which walk one part per launch
-(walks_by_part), and the decode kernel) = 368 variants. The bf16 tiles of blocks 64 and
+WGMMA_BIDIR_FWD_TILES, WGMMA_BWD_TILES) + the 14 of Cosformer's 512 block (COSFORMER_BLOCK, bf16
+and fp16: the state pass, the forward and dv in two modes, which walk one part per launch
+(walks_by_part), and the decode kernel) = 361 variants. The bf16 tiles of blocks 64 and
 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state
 pass and the forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward
 BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128
@@ -56,11 +56,9 @@ TILES = {
     ("fp16", 256): (32, 32, 8, 2),
     ("fp32", 256): (16, 16, 4, 1),
     # Cosformer above 128 features (COSFORMER_BLOCK), the dv pass's: its walk holds one part's 256
-    # features (walks_by_part), so the 256 block's tiles, but fp32's 8 warps (432 bytes of stack
-    # against 680 with 4, sm_90 cubin).
+    # features (walks_by_part), so the 256 block's tiles.
     ("bf16", 512): (64, 32, 8, 2),
     ("fp16", 512): (32, 32, 8, 2),
-    ("fp32", 512): (16, 16, 8, 1),
 }
 # The state pass and the forward hold all of Dv in one program at 128 features in bf16 (features
 # computed once per row, not once per Dv tile). H200 sweep at B1 H16 N65536 D128 (Triton JIT, each
@@ -83,14 +81,13 @@ TILES = {
 # warps and C 16 (thirty-eighth session, H100 JIT sweep at B4 H16 N4096 D256 Cosformer, the op's
 # causal segments / one segment): (16, 64, 8, 1) 0.767 / 0.758 ms, (32, 128, 4, 4, 128) 0.360 /
 # 0.347 ms; (64, 128, 4, 3, 128) 0.363 / 0.348, 256-feature tiles 0.47-0.81. 64 KB: it fits sm_80.
-# fp16 and fp32 at 512 take their 256 block's tile on each half of the features (their tf32 and
-# tf32x3 operands hold twice bf16's registers; not swept).
+# fp16 at 512 takes its 256 block's tile on each half of the features (its tf32 operands hold twice
+# bf16's registers; not swept).
 STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3), ("bf16", 256): (32, 64, 4, 2),
-               ("bf16", 512): (32, 128, 4, 4, 128), ("fp16", 512): (*TILES["fp16", 256], 256),
-               ("fp32", 512): (*TILES["fp32", 256], 256)}
+               ("bf16", 512): (32, 128, 4, 4, 128), ("fp16", 512): (*TILES["fp16", 256], 256)}
 # The forward at 512 walks one part (walks_by_part): bf16 takes Cosformer D128's tile (256 features,
 # FEAT 0), fp16 (16, 32, 8, 2), whose sm_90 cubin has 128 bytes of stack where (32, 32, 8, 2) had
-# 2400, and fp32 8 warps (1384 bytes against 2144 with 4). Not timed.
+# 2400.
 FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2), ("bf16", 512): (32, 32, 8, 2),
              ("fp16", 512): (16, 32, 8, 2)}
 # The bidirectional forward (CAUSAL = 0) keeps only the fixed state's bf16 operand for its loop.
@@ -166,11 +163,16 @@ BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
 # Cosformer doubles the features (F = 2 D): at D > 128 they take a block of 512, which only the
 # kernels whose block holds all F features (BK: the Dv-tiled ones and the decode kernel) build, and
 # only for the run-time map (FEAT 0), the one Cosformer runs; dq's and dk's block holds Dv (<= 256).
-# Every dtype builds it: the forward and dv walk one part at a time (walks_by_part), which fits
-# sm_80's 99 KB of shared memory where all 512 features of fp16's tf32 and fp32's tf32x3 operands
-# did not (128-192 KB at the smallest tiles, thirty-seventh session), and the state pass sums slices
-# of the features (STATE_TILES' fifth element).
+# bf16 and fp16 build it: the forward and dv walk one part at a time (walks_by_part), which fits
+# sm_80's 99 KB of shared memory where all 512 features of fp16's tf32 operands did not (128 KB at
+# the smallest tiles, thirty-seventh session), and the state pass sums slices of the features
+# (STATE_TILES' fifth element). fp32 does not: built (forty-third session) its kernels lost to the
+# fallback (forty-fourth, H100, B4 H16 N4096 D256: causal forward 93.7 against 16.4 ms,
+# fwd+bwd 1013 against 153 ms, of which dq 404 and dk 370 ms), where fp16's won
+# (11.5 against 17.2 ms, 50.2 against 154.6 ms). neuralops/core/triton_kernels/linear_attn.py
+# COSFORMER_WIDE_DTYPES holds the same (a CPU test checks).
 COSFORMER_BLOCK = 512
+COSFORMER_BLOCK_DTYPES = ("bf16", "fp16")
 
 
 def walks_by_part(block: int) -> bool:
@@ -187,7 +189,8 @@ SPLIT_KERNELS = ("la_fwd", "la_bwd_dv")
 
 def feature_blocks(dtype: str, feat: int) -> tuple[int, ...]:
     """The blocks of all F features built for `dtype` tensors and the feature key FEAT."""
-    return (*BLOCKS[dtype], COSFORMER_BLOCK) if feat == 0 else BLOCKS[dtype]
+    wide = feat == 0 and dtype in COSFORMER_BLOCK_DTYPES
+    return (*BLOCKS[dtype], COSFORMER_BLOCK) if wide else BLOCKS[dtype]
 
 
 TABLES = {"TILES": TILES, "STATE_TILES": STATE_TILES, "FWD_TILES": FWD_TILES, "BIDIR_FWD_TILES": BIDIR_FWD_TILES,

@@ -27,7 +27,7 @@ Gradients flow to ``initial_state`` and from the returned state.
 
 Dtypes fp16, bf16, fp32 on CUDA (fp32 accumulation; dot operands in bf16 for bf16 tensors, tf32
 for fp16, tf32x3 for fp32), any floating dtype on the fallback; D and Dv up to 256 on the kernels
-(under Cosformer too), any N >= 1, any strides with a unit last stride (a transposed
+(under Cosformer D above 128 in bf16 and fp16), any N >= 1, any strides with a unit last stride (a transposed
 ``[B, N, H, D]`` view is read in place).
 Causal mode is chunked: O(N) memory, never an N x N matrix. Under Cosformer above D 128 the kernels
 walk the two feature parts of the forward one after the other, through an fp32 buffer of the first
@@ -55,13 +55,21 @@ from neuralops.core.arguments import check_int
 from neuralops.core.suitability import kernels_ready, register_op_limits
 
 PHIS = ("elu+1", "relu", "identity", "softmax_free")
-MAX_HEAD_DIM = 256  # for every dtype, under Cosformer too (512 features: spec.py COSFORMER_BLOCK)
+MAX_HEAD_DIM = 256
+# Cosformer doubles the features: above D = 128 it needs the 512-feature kernels, built for bf16 and
+# fp16 (triton_src/linear_attn/spec.py COSFORMER_BLOCK_DTYPES says why; a CPU test keeps the two equal).
+COSFORMER_WIDE_DTYPES = (torch.bfloat16, torch.float16)
+MAX_NARROW_COSFORMER_HEAD_DIM = 128
 _CHUNK = 64  # rows per step of the fallback's causal scan
 
 
-def _limits(head_dim: int = 0, seq_len: int = 0, value_dim: int = 0, **_: Any) -> str | None:
+def _limits(head_dim: int = 0, seq_len: int = 0, value_dim: int = 0, cosformer: bool = False,
+            dtype: torch.dtype | None = None, **_: Any) -> str | None:
     if head_dim > MAX_HEAD_DIM:
         return f"the kernels take head_dim up to {MAX_HEAD_DIM}, got {head_dim}"
+    if cosformer and head_dim > MAX_NARROW_COSFORMER_HEAD_DIM and dtype not in COSFORMER_WIDE_DTYPES:
+        return (f"under Cosformer the kernels take head_dim up to {MAX_NARROW_COSFORMER_HEAD_DIM} for {dtype} "
+                f"({MAX_HEAD_DIM} for bfloat16 and float16), got {head_dim}")
     if value_dim > MAX_HEAD_DIM:
         return f"the kernels take a value head dim up to {MAX_HEAD_DIM}, got {value_dim}"
     if seq_len >= 2**31:
@@ -302,7 +310,8 @@ def is_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: An
         return False
     if k.device != q.device or v.device != q.device or not kernels_ready(q):
         return False
-    return _limits(q.shape[3], q.shape[2], v.shape[3]) is None
+    cosformer = kwargs.get("cos_weight") is not None
+    return _limits(q.shape[3], q.shape[2], v.shape[3], cosformer, q.dtype if cosformer else None) is None
 
 
 def _state_args(q: torch.Tensor, state: LinearAttnState | None) -> tuple:
@@ -312,7 +321,7 @@ def _state_args(q: torch.Tensor, state: LinearAttnState | None) -> tuple:
     return state.S.to(dt), state.z.to(dt)
 
 
-def _on_kernels(q: Any, k: Any, v: Any) -> int:
+def _on_kernels(q: Any, k: Any, v: Any, cos: Any) -> int:
     """fwd's and bwd's per-call test: ``is_supported`` less the checks the op makes itself (k's and
     v's ranks, dtypes and devices), which raise the fallback's exception types naming the same
     argument (see neuralops.core.suitability on the per-call path). ``kernels_ready``'s answer: 0,
@@ -325,7 +334,9 @@ def _on_kernels(q: Any, k: Any, v: Any) -> int:
     qs, vs = q.shape, v.shape
     if len(qs) != 4 or len(vs) != 4:
         return 0
-    return ready if _limits(qs[3], qs[2], vs[3]) is None else 0
+    cosformer = cos is not None
+    # q.dtype only under Cosformer: an attribute read costs the plain calls host time
+    return ready if _limits(qs[3], qs[2], vs[3], cosformer, q.dtype if cosformer else None) is None else 0
 
 
 def fwd(
@@ -345,7 +356,7 @@ def fwd(
     Keyword-only: ``scale`` (1.0), ``initial_state`` (None), ``return_state`` (False).
     """
     scale, state, return_state = _options(kwargs, "fwd") if kwargs else (1.0, None, False)
-    ready = _on_kernels(q, k, v)
+    ready = _on_kernels(q, k, v, cos_weight)
     if not ready:
         return linear_attn_pytorch_fallback(q, k, v, is_causal, phi, eps, cos_weight, sin_weight, **kwargs)
     s0, z0 = _state_args(q, state)
@@ -368,7 +379,7 @@ def bwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward entrypoint computing gradients for q, k, v (of ``fwd``'s output, given grad_out)."""
     scale, state, _ = _options(kwargs, "bwd")
-    ready = _on_kernels(q, k, v)
+    ready = _on_kernels(q, k, v, cos_weight)
     if ready:
         s0, z0 = _state_args(q, state)
         dq, dk, dv, _, _ = _BWD.entry(ready)(
