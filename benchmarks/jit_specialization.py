@@ -28,7 +28,7 @@ from triton_src.linear_attn import kernels as K  # noqa: E402
 ORIGINAL = {name: getattr(K, name) for name in ("la_fwd_kernel", "la_state_kernel")}
 UNHINTED = {
     "la_fwd_kernel": ["H", "HKV", "N", "DS", "DVS", "G", "L", "phi_kind", "normalize", "n_parts", "has_s",
-                      "write_final", "stats", "sw_b", "ss_bh", "ss_g", "sz_bh", "sz_g"],
+                      "write_final", "stats", "part", "sw_b", "ss_bh", "ss_g", "sz_bh", "sz_g"],
     "la_state_kernel": ["HKV", "N", "DS", "DVS", "G", "L", "phi_kind", "n_parts", "normalize", "sw_b", "EP"],
 }
 SWITCHES = {"phi_kind", "n_parts", "normalize", "has_s"}

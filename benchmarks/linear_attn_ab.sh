@@ -11,9 +11,12 @@
 #     [CALL_CASES="fp16 D64"] [TESTS="odd_shapes or states"] [TIMELINE=none] OUT=/tmp/out \
 #     bash benchmarks/linear_attn_ab.sh
 # (CALL_CASES: linear_attn_calls.py's name filters, all cases without it; TESTS: a pytest -k
-# expression for the GPU tests, "none" to skip them, all without it; TIMELINE=none skips the
-# causal timelines. A lease's start-up takes about 100 s of device time, so the filters fit an A/B
-# into what a session has left.)
+# expression for the GPU tests, "none" to skip them, all without it (TESTS_TIMEOUT seconds, 300
+# by default); TIMELINE=none skips the
+# causal timelines; KERNEL_CASES=none and ROUNDS=none skip the per-kernel times and the calls;
+# BUILD=none reuses the builds of an earlier call on the same warm machine, so one A/B can be split
+# over two calls that each fit the per-call limit. A lease's start-up takes about 100 s of device
+# time, so the filters fit an A/B into what a session has left.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-/tmp/neuralops-ab}"
@@ -21,7 +24,7 @@ OLD="$(cd "${OLD:?OLD must name the other tree}" && pwd)"
 mkdir -p "$OUT"
 # A warm machine keeps /tmp between calls, and a CMake build directory configured from another tree
 # fails to configure (forty-first session): every build starts clean.
-rm -rf /tmp/bld_new /tmp/bld_old /tmp/bld_new2 /tmp/old_site /tmp/new2_site /tmp/new2_tree
+[ "${BUILD:-}" = none ] || rm -rf /tmp/bld_new /tmp/bld_old /tmp/bld_new2 /tmp/old_site /tmp/new2_site /tmp/new2_tree
 # A benchmark that outlives its limit gets SIGABRT, on which faulthandler prints where each thread
 # stood. In the twenty-sixth session benchmark processes hung on the H200 (in one call each after the
 # first two, in another all of them) while pytest ran normally, and TERM left no trace of where.
@@ -29,12 +32,13 @@ export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1 PYTHONFAULTH
 cd "$ROOT"
 # Each build's site on PYTHONPATH ("" for the new build, installed as usual).
 declare -A SITE=([old]=/tmp/old_site [new]="")
+BUILDS="old new"
+if [ "${BUILD:-}" != none ]; then
 ( NEURALOPS_BUILD_DIR=/tmp/bld_new NEURALOPS_AOT_PREBUILT="${NEW_AOT:-}" timeout 250 \
     python3 -m pip install --no-build-isolation --no-deps . > "$OUT/build_new.log" 2>&1 || echo "NEW BUILD FAILED" ) &
 ( cd "$OLD" && NEURALOPS_BUILD_DIR=/tmp/bld_old NEURALOPS_AOT_PREBUILT="${OLD_AOT:-}" timeout 250 \
     python3 -m pip install --no-build-isolation --no-deps --target /tmp/old_site . > "$OUT/build_old.log" 2>&1 \
     || echo "OLD BUILD FAILED" ) &
-BUILDS="old new"
 if [ -n "${NEW2_AOT:-}" ]; then
   # From a copy of the tree: pip builds in the tree it installs, and the new build runs beside it.
   new2_aot="$(cd "$NEW2_AOT" && pwd)"
@@ -42,14 +46,17 @@ if [ -n "${NEW2_AOT:-}" ]; then
   ( cd /tmp/new2_tree && NEURALOPS_BUILD_DIR=/tmp/bld_new2 NEURALOPS_AOT_PREBUILT="$new2_aot" timeout 250 \
       python3 -m pip install --no-build-isolation --no-deps --target /tmp/new2_site . > "$OUT/build_new2.log" 2>&1 \
       || echo "NEW2 BUILD FAILED" ) &
+fi
+wait
+fi
+if [ -n "${NEW2_AOT:-}" ]; then
   SITE[new2]=/tmp/new2_site
   BUILDS="old new new2"
 fi
-wait
 if [ "${TESTS:-}" != none ]; then
   for build in ${BUILDS#old }; do
     echo "== GPU tests ($build build)"
-    PYTHONPATH="${SITE[$build]}" timeout 300 python3 -m pytest tests/gpu -q -rfEs -p no:cacheprovider \
+    PYTHONPATH="${SITE[$build]}" timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest tests/gpu -q -rfEs -p no:cacheprovider \
       ${TESTS:+-k "$TESTS"} > "$OUT/tests-gpu_$build.log" 2>&1
     tail -3 "$OUT/tests-gpu_$build.log"
     grep -E "^(FAILED|ERROR)" "$OUT/tests-gpu_$build.log" | head -20
@@ -64,12 +71,12 @@ if [ "${TIMELINE:-}" != none ]; then
   done
 fi
 # Per-kernel device times of every build (benchmarks/linear_attn_kernels.py cases; KERNEL_CASES).
-for build in $BUILDS; do
+[ "${KERNEL_CASES:-}" = none ] || for build in $BUILDS; do
   echo "== kernels per call, $build build"
   PYTHONPATH="${SITE[$build]}" timeout -s ABRT 200 python3 "$ROOT/benchmarks/linear_attn_kernels.py" \
     ${KERNEL_CASES:-f64 f128L fb128s fb128L} 2>&1 | grep -v -i warn | tee "$OUT/kernels_$build.txt"
 done
-for round in 1 2; do
+[ "${ROUNDS:-}" = none ] || for round in ${ROUNDS:-1 2}; do
   for build in $BUILDS; do
     echo "== calls, $build build (round $round)"
     PYTHONPATH="${SITE[$build]}" timeout -s ABRT 200 python3 "$ROOT/benchmarks/linear_attn_calls.py" ${CALL_CASES:-} \

@@ -5,7 +5,8 @@ forward; the 256-feature and fp16 bidirectional rows were added after the ninth 
 fp16 forward+backward rows in the twenty-third session, the 256-feature forward+backward and the
 Cosformer rows at 128 features (which run the 256-feature Triton kernels) in the twenty-eighth, its
 causal forward in the twenty-ninth, Cosformer at 256 features (the 512-feature kernels) in the
-thirty-seventh.
+thirty-seventh, fp16's and fp32's there in the forty-third (fp16's run its 512 block; fp32's the
+fallback, which its built 512 block lost to in the forty-fourth).
 
     python benchmarks/linear_attn_calls.py [--fallback] [text ...]  # with neuralops installed, on a GPU
 
@@ -36,11 +37,14 @@ def _weights(n: int, cosformer: bool) -> tuple:
     return la.cosformer_weights(n, device="cuda") if cosformer else (None, None)
 
 
+_TAGS = {torch.bfloat16: "", torch.float16: " fp16", torch.float32: " fp32"}
+
+
 def fwd_case(b: int, h: int, n: int, d: int, causal: bool, dtype: torch.dtype = torch.bfloat16,
              cosformer: bool = False) -> tuple[str, Callable[[], object]]:
     q, k, v = _inputs(b, h, n, d, dtype=dtype)
     cos, sin = _weights(n, cosformer)
-    tag = ("" if dtype == torch.bfloat16 else " fp16") + (" cosformer" if cosformer else "")
+    tag = _TAGS[dtype] + (" cosformer" if cosformer else "")
     name = f"{'causal' if causal else 'bidirectional'} fwd{tag} B{b} H{h} N{n} D{d}"
     return name, lambda: FWD(q, k, v, causal, cos_weight=cos, sin_weight=sin)
 
@@ -56,7 +60,7 @@ def fwd_bwd_case(b: int, h: int, n: int, d: int, dtype: torch.dtype = torch.bflo
             t.grad = None
         FWD(q, k, v, causal, phi=phi, cos_weight=cos, sin_weight=sin).backward(grad_out)
 
-    tag = (("" if dtype == torch.bfloat16 else " fp16") + ("" if phi == "elu+1" else f" {phi}")
+    tag = (_TAGS[dtype] + ("" if phi == "elu+1" else f" {phi}")
            + (" cosformer" if cosformer else ""))
     return f"{'causal' if causal else 'bidirectional'} fwd+bwd{tag} B{b} H{h} N{n} D{d}", step
 
@@ -76,7 +80,13 @@ def main() -> None:
              fwd_bwd_case(4, 16, 4096, 256, cosformer=True),
              fwd_case(4, 16, 4096, 128, False, torch.float16),
              fwd_bwd_case(4, 16, 4096, 64, torch.float16), fwd_bwd_case(4, 16, 2048, 64, torch.float16),
-             fwd_bwd_case(4, 16, 4096, 32, torch.float16)]
+             fwd_bwd_case(4, 16, 4096, 32, torch.float16),
+             fwd_case(4, 16, 4096, 256, True, torch.float16, cosformer=True),
+             fwd_case(4, 16, 4096, 256, False, torch.float16, cosformer=True),
+             fwd_bwd_case(4, 16, 4096, 256, torch.float16, cosformer=True),
+             fwd_case(4, 16, 4096, 256, True, torch.float32, cosformer=True),
+             fwd_case(4, 16, 4096, 256, False, torch.float32, cosformer=True),
+             fwd_bwd_case(4, 16, 4096, 256, torch.float32, cosformer=True)]
     filters = [a for a in sys.argv[1:] if a != "--fallback"]
     for name, run in cases:
         if filters and not any(text in name for text in filters):

@@ -10,7 +10,7 @@ import triton
 from triton_src.linear_attn import kernels as K
 from triton_src.linear_attn.spec import (DECODE_BT, DECODE_WARPS, PRECISION, SCAN_CONSTEXPRS,
                                          dk_dv_built, dq_stats_built, feature_blocks, feature_key, fwd_table,
-                                         state_feature_tile, tile_of)
+                                         state_feature_tile, tile_of, walks_by_part)
 
 
 def pad16(x: int) -> int:
@@ -91,6 +91,17 @@ def device_arch(device: torch.device) -> int | None:
 
 def _st(t: torch.Tensor) -> list[int]:
     return [t.stride(i) if t.size(i) > 1 else 0 for i in range(3)]
+
+
+def part_sums(split: bool, rows: int, n: int, width: int, dummy: torch.Tensor) -> tuple:
+    """(acc [rows, n, width], accd [rows, n], parts) for a walk (csrc's part_walks): with `split`
+    (spec.walks_by_part) part 0, then part 1, which adds part 0's sums from acc and accd; NaN where
+    part 0 writes nothing, so that part 1 would show a read of it."""
+    if not split:
+        return dummy, dummy, (0,)
+    nan = float("nan")
+    return (torch.full((rows, n, width), nan, device=dummy.device), torch.full((rows, n), nan, device=dummy.device),
+            (0, 1))
 
 
 class _Setup:
@@ -224,14 +235,18 @@ class _Setup:
         c, bt, launch, nt = self.fwd
         stats = den is not None
         d = self.dummy
-        K.la_fwd_kernel[(nt * self.n_rep * self.g * self.b * self.hkv,)](
-            self.q, self.k, self.v, o, self.wc, self.ws, s, z,
-            d if sf is None else sf, d if zf is None else zf, den if stats else d, dl if stats else d,
-            self.h, self.hkv, self.n, *self.dims(), self.g, self.l,
-            self.phi_kind, self.normalize, self.n_parts, has_s, int(write_final), int(stats),
-            scale, eps, *_st(self.q), *_st(self.k), *_st(self.v), *_st(o),
-            self.sw_b, ss_bh, ss_g, sz_bh, sz_g,
-            C=c, CAUSAL=self.causal, BK=self.bk, BT=bt, PREC=self.prec, FEAT=self.feat, **launch)
+        split = walks_by_part(self.bk)
+        acc, accd, parts = part_sums(split, self.b * self.h, self.n, self.dvp, d)
+        for part in parts:
+            K.la_fwd_kernel[(nt * self.n_rep * self.g * self.b * self.hkv,)](
+                self.q, self.k, self.v, o, self.wc, self.ws, s, z,
+                d if sf is None else sf, d if zf is None else zf, den if stats else d, dl if stats else d, acc, accd,
+                self.h, self.hkv, self.n, *self.dims(), self.g, self.l,
+                self.phi_kind, self.normalize, self.n_parts, has_s, int(write_final), int(stats), part,
+                scale, eps, *_st(self.q), *_st(self.k), *_st(self.v), *_st(o),
+                self.sw_b, ss_bh, ss_g, sz_bh, sz_g,
+                C=c, CAUSAL=self.causal, BK=self.bk, BT=bt, PREC=self.prec, FEAT=self.feat, SPLIT=int(split),
+                **launch)
 
     def scan(self, x, y, n_grp, mode, init_s, init_z, tot_s, tot_z, bh, r=None):
         r = self.r if r is None else r
@@ -356,13 +371,16 @@ def backward(dout, q, k, v, phi="elu+1", causal=False, eps=1e-6, scale=1.0, cos=
     dv_in_dk = dk_computes_dv(st)
     if not dv_in_dk:
         c, bt, launch, nt = st.dvt
-        K.la_bwd_dv_kernel[(nt * st.g * st.b * st.hkv,)](
-            st.q, st.k, do, dv, st.wc, st.ws, r, den,
-            st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
-            st.phi_kind, st.normalize, st.n_parts, has_r,
-            scale, *_st(st.q), *_st(st.k), *_st(do), *_st(dv),
-            st.sw_b, sr_bh, sr_g,
-            C=c, CAUSAL=st.causal, BK=st.bk, BT=bt, PREC=st.prec, FEAT=st.feat, **launch)
+        split = walks_by_part(st.bk)
+        acc, _, parts = part_sums(split, st.b * st.hkv, st.n, st.dvp, st.dummy)
+        for part in parts:
+            K.la_bwd_dv_kernel[(nt * st.g * st.b * st.hkv,)](
+                st.q, st.k, do, dv, st.wc, st.ws, r, den, acc,
+                st.h, st.hkv, st.n, *st.dims(), st.g, st.l,
+                st.phi_kind, st.normalize, st.n_parts, has_r, part,
+                scale, *_st(st.q), *_st(st.k), *_st(do), *_st(dv),
+                st.sw_b, sr_bh, sr_g,
+                C=c, CAUSAL=st.causal, BK=st.bk, BT=bt, PREC=st.prec, FEAT=st.feat, SPLIT=int(split), **launch)
     K.la_bwd_dk_kernel[(nf * st.g * st.b * st.hkv,)](
         st.q, st.k, st.v, do, dk, dv, st.wc, st.ws, r, rz, den, dl,
         st.h, st.hkv, st.n, *st.dims(), st.g, st.l,

@@ -16,12 +16,12 @@
 // unless return_state, dS0 and dz0 unless state_grad (two allocations less per call: host time).
 // No gradient flows to the weights.
 //
-// CUDA takes fp16, bf16 and fp32 with D, Dv <= 256 (D <= 128 under Cosformer but in bf16, whose
-// 2 D features up to 512 have their block: spec.py COSFORMER_BLOCK_DTYPES); inputs may have any
-// strides with a unit last stride: a transposed [B, N, H, D] view is read in place. An input whose
-// pointer or strides are not 16-divisible, or whose last dimension is not a multiple of 16, is
-// first copied into a padded buffer (padding that has zero features). CPU tensors of any floating
-// dtype take a chunked ATen path (O(N) memory, like the kernels).
+// CUDA takes fp16, bf16 and fp32 with D, Dv <= 256 (D <= 128 under Cosformer in fp32: the 2 D
+// features up to 512 have their block in bf16 and fp16, spec.py COSFORMER_BLOCK_DTYPES); inputs may
+// have any strides with a unit last stride: a transposed [B, N, H, D] view is read in place. An
+// input whose pointer or strides are not 16-divisible, or whose last dimension is not a multiple of
+// 16, is first copied into a padded buffer (padding that has zero features). CPU tensors of any
+// floating dtype take a chunked ATen path (O(N) memory, like the kernels).
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cat.h>
@@ -397,8 +397,8 @@ int64_t block_for(at::ScalarType dtype, int64_t width) {
   for (int64_t b = 16; b <= kMaxBlock; b *= 2) {
     if (b >= width && aot::la_state_built({dtype, b, 0, 0})) return b;
   }
-  TORCH_CHECK_VALUE(false, "neuralops.linear_attn: no kernel block holds ", width, " features of ", dtype,
-                    " tensors (Cosformer doubles D: D up to 128 under Cosformer but in bfloat16); use "
+  TORCH_CHECK_VALUE(false, "neuralops.linear_attn: this build has no kernel block that holds ", width,
+                    " features of ", dtype, " tensors (spec.py BLOCKS and COSFORMER_BLOCK_DTYPES); use "
                     "linear_attn_pytorch_fallback");
 }
 
@@ -472,6 +472,9 @@ struct Plan {
   bool fold_fwd, fold_bwd;  // la_fwd, and also la_bwd_dq, built to fold the scan (fold_scan)
   // Bidirectional: the state pass's programs fill the GPU with one segment each (whole_state_pass).
   bool whole_state;
+  // la_fwd_kernel and la_bwd_dv_kernel walk one Cosformer part per launch (spec.py walks_by_part;
+  // part_walks).
+  bool split_fwd, split_dv;
   Tensor q, k, v;  // kernel-ready inputs
   Weights w;
 };
@@ -500,6 +503,8 @@ Plan plan_layout(const Shape& sh, Phi phi, bool causal, at::ScalarType dtype, in
   const auto c_dv = aot::la_bwd_dv_constexprs({p.dtype, p.bk, causal, p.feat}, device);
   p.nt_state = ceil_div(p.dvp, c_state.BT) * ceil_div(sh.parts * p.dp, c_state.BF);
   p.nt = ceil_div(p.dvp, c_fwd.BT);
+  p.split_fwd = c_fwd.SPLIT != 0;
+  p.split_dv = c_dv.SPLIT != 0;
   p.nt_dv = ceil_div(p.dvp, c_dv.BT);
   // A segment must hold whole chunks of every kernel that walks it, and the backward's dq and dk
   // kernels chunk by their own tile (C of VALUE_TILES), which can exceed the forward's: a segment
@@ -716,6 +721,32 @@ std::vector<int64_t> state_shape(const Shape& sh, bool is_z) {
   return s;
 }
 
+// One launch of a walk that SPLIT variants make by Cosformer part: the part it walks and the fp32
+// sums part 0 leaves part 1 (unused by the other variants).
+struct PartWalk {
+  int64_t part = 0;
+  void* acc = nullptr;
+  void* accd = nullptr;
+};
+
+// A walk of la_fwd_kernel (the forward, or the backward's stats pass; den: with a denominator) or
+// la_bwd_dv_kernel, as `walk(PartWalk)`: one launch, or where the variant splits it (`split`, spec.py
+// walks_by_part) part 0 then part 1, which adds part 0's sums ([B * heads, N, Dv] and [B * heads, N]
+// fp32: the outputs' rows, and their denominators) to its own.
+template <typename Walk>
+void part_walks(const Plan& p, bool split, int64_t heads, bool den, const Tensor& like, const Walk& walk) {
+  if (!split) {
+    walk(PartWalk{});
+    return;
+  }
+  const auto f32 = like.options().dtype(at::kFloat);
+  Tensor acc = at::empty({p.sh.b * heads, p.sh.n, p.dvp}, f32);
+  Tensor accd = den ? at::empty({p.sh.b * heads, p.sh.n}, f32) : Tensor();
+  for (int64_t part = 0; part < 2; ++part) {
+    walk(PartWalk{part, acc.mutable_data_ptr(), den ? accd.mutable_data_ptr() : nullptr});
+  }
+}
+
 // `saved`, where given, receives the forward states for linear_attn_bwd (saved_states_shape): the
 // state buffer, or [0] where the call has none.
 FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cos, const OptTensor& sin,
@@ -764,20 +795,22 @@ FwdResult fwd_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const OptT
   Tensor out = kernel_output(sh.b, sh.h, sh.n, p.dvp, q);
   // Both forward kernels take the same arguments and grid; la_fwd_wgmma where it is built for this
   // device (spec.py WGMMA_FWD_TILES and WGMMA_BIDIR_FWD_TILES: bf16 with one feature part, sm_90).
-  const auto forward = [&](auto launch, const auto& key) {
+  const auto forward = [&](auto launch, const auto& key, const PartWalk& w) {
     launch(key, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_fwd"), p.q.const_data_ptr(), p.k.const_data_ptr(),
            p.v.const_data_ptr(), out.mutable_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
-           sf ? sf->mutable_data_ptr() : nullptr, zf ? zf->mutable_data_ptr() : nullptr, nullptr, nullptr, sh.h,
-           sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has,
-           return_state && final_from_walk, 0, static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0),
-           st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2),
-           st(out, 0), st(out, 1), st(out, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
+           sf ? sf->mutable_data_ptr() : nullptr, zf ? zf->mutable_data_ptr() : nullptr, nullptr, nullptr, w.acc,
+           w.accd, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts,
+           seg.has, return_state && final_from_walk, 0, w.part, static_cast<float>(scale), static_cast<float>(eps),
+           st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1),
+           st(p.v, 2), st(out, 0), st(out, 1), st(out, 2), p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
   };
   const aot::LaFwdWgmmaKey wgmma_key{p.dtype, p.bk, causal, p.feat, 0};
   if (aot::la_fwd_wgmma_runs_on(wgmma_key, q.get_device())) {
-    forward(aot::la_fwd_wgmma, wgmma_key);
+    forward(aot::la_fwd_wgmma, wgmma_key, PartWalk{});
   } else {
-    forward(aot::la_fwd, aot::LaFwdKey{p.dtype, p.bk, causal, p.feat});
+    part_walks(p, p.split_fwd, sh.h, true, q, [&](const PartWalk& w) {
+      forward(aot::la_fwd, aot::LaFwdKey{p.dtype, p.bk, causal, p.feat}, w);
+    });
   }
   if (saved && buffer.defined()) {
     // What no kernel wrote, and none reads, is zeroed so the output is defined everywhere (opcheck
@@ -845,20 +878,22 @@ BwdResult bwd_cuda(
   }
   if (phi.normalize && !stats_in_dq) {
     // The forward's walk with stats = 1, in either forward kernel (as in fwd_cuda).
-    const auto stats = [&](auto launch, const auto& key) {
+    const auto stats = [&](auto launch, const auto& key, const PartWalk& w) {
       launch(key, config(q, p.nt * sh.h * p.g * sh.b, "linear_attn_bwd stats"), p.q.const_data_ptr(),
              p.k.const_data_ptr(), p.v.const_data_ptr(), dout.const_data_ptr(), p.w.c(), p.w.s(), seg.s, seg.z,
-             nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), sh.h, sh.hkv, sh.n, p.dp, p.dvp,
-             sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, 0, 1, static_cast<float>(scale),
-             static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
-             st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2), p.w.stride_b, seg.s_bh,
-             seg.s_g, seg.z_bh, seg.z_g);
+             nullptr, nullptr, den.mutable_data_ptr(), dl.mutable_data_ptr(), w.acc, w.accd, sh.h, sh.hkv, sh.n,
+             p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, seg.has, 0, 1, w.part,
+             static_cast<float>(scale), static_cast<float>(eps), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0),
+             st(p.k, 1), st(p.k, 2), st(p.v, 0), st(p.v, 1), st(p.v, 2), st(dout, 0), st(dout, 1), st(dout, 2),
+             p.w.stride_b, seg.s_bh, seg.s_g, seg.z_bh, seg.z_g);
     };
     const aot::LaFwdWgmmaKey stats_key{p.dtype, p.bk, causal, p.feat, 1};
     if (aot::la_fwd_wgmma_runs_on(stats_key, q.get_device())) {
-      stats(aot::la_fwd_wgmma, stats_key);
+      stats(aot::la_fwd_wgmma, stats_key, PartWalk{});
     } else {
-      stats(aot::la_fwd, aot::LaFwdKey{p.dtype, p.bk, causal, p.feat});
+      part_walks(p, p.split_fwd, sh.h, true, q, [&](const PartWalk& w) {
+        stats(aot::la_fwd, aot::LaFwdKey{p.dtype, p.bk, causal, p.feat}, w);
+      });
     }
     if (p.nt > 1) {
       dl = sum_tile_shares(dl, config);
@@ -913,28 +948,22 @@ BwdResult bwd_cuda(
   }
   Tensor dk = kernel_output(sh.b, sh.hkv, sh.n, p.dp, k);
   Tensor dv = kernel_output(sh.b, sh.hkv, sh.n, p.dvp, v);
-  // The Gluon dv and dk (one program for all of Dv or F) beside dq's (wgmma_dq), Triton's elsewhere.
-  // Where a dk program holds all of F and its variant is built (WITH_DV: spec.py FUSED_BLOCK for
-  // Triton's, WGMMA_FUSED for Gluon's), it computes dv as well: the dv pass would read q, k and
-  // grad_out again and repeat the reverse state's update.
-  const aot::LaBwdDkWgmmaKey dk_wgmma_key{p.dtype, bkv, causal, p.feat,
-                                          aot::la_bwd_dk_wgmma_built({p.dtype, bkv, causal, p.feat, 1})};
+  // Gluon's dk (one program for all of F and Dv) beside dq's (wgmma_dq) computes dv as well, and so
+  // does Triton's where its program holds all of F and its variant is built (WITH_DV: spec.py
+  // FUSED_BLOCK): a dv pass would read q, k and grad_out again and repeat the reverse state's update.
+  const aot::LaBwdDkWgmmaKey dk_wgmma_key{p.dtype, bkv, causal, p.feat};
   const bool wgmma_dk = wgmma_dq && aot::la_bwd_dk_wgmma_runs_on(dk_wgmma_key, q.get_device());
-  const bool dv_in_dk = wgmma_dk ? dk_wgmma_key.WITH_DV != 0
-                                 : nf == 1 && aot::la_bwd_dk_built({p.dtype, bkv, causal, p.feat, 1});
-  const aot::LaBwdDvWgmmaKey dv_wgmma_key{p.dtype, p.bk, causal, p.feat};
-  const bool wgmma_dv = wgmma_dq && !dv_in_dk && aot::la_bwd_dv_wgmma_runs_on(dv_wgmma_key, q.get_device());
-  const auto dv_walk = [&](auto launch, const auto& key, int64_t n_tiles) {
-    launch(key, config(q, n_tiles * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"), p.q.const_data_ptr(),
-           p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s, den_ptr, sh.h,
-           sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize, sh.parts, rev.has,
-           static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2), st(p.k, 0), st(p.k, 1), st(p.k, 2),
-           st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1), st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
-  };
-  if (wgmma_dv) {
-    dv_walk(aot::la_bwd_dv_wgmma, dv_wgmma_key, 1);
-  } else if (!dv_in_dk) {
-    dv_walk(aot::la_bwd_dv, aot::LaBwdDvKey{p.dtype, p.bk, causal, p.feat}, p.nt_dv);
+  const bool dv_in_dk = wgmma_dk || (nf == 1 && aot::la_bwd_dk_built({p.dtype, bkv, causal, p.feat, 1}));
+  if (!dv_in_dk) {
+    part_walks(p, p.split_dv, sh.hkv, false, q, [&](const PartWalk& w) {
+      aot::la_bwd_dv(aot::LaBwdDvKey{p.dtype, p.bk, causal, p.feat},
+                     config(q, p.nt_dv * p.g * sh.b * sh.hkv, "linear_attn_bwd dv"), p.q.const_data_ptr(),
+                     p.k.const_data_ptr(), dout.const_data_ptr(), dv.mutable_data_ptr(), p.w.c(), p.w.s(), rev.s,
+                     den_ptr, w.acc, sh.h, sh.hkv, sh.n, p.dp, p.dvp, sh.d, sh.dv, p.g, p.l, phi.kind, phi.normalize,
+                     sh.parts, rev.has, w.part, static_cast<float>(scale), st(p.q, 0), st(p.q, 1), st(p.q, 2),
+                     st(p.k, 0), st(p.k, 1), st(p.k, 2), st(dout, 0), st(dout, 1), st(dout, 2), st(dv, 0), st(dv, 1),
+                     st(dv, 2), p.w.stride_b, rev.s_bh, rev.s_g);
+    });
   }
   const auto dk_walk = [&](auto launch, const auto& key, int64_t n_tiles, const char* name) {
     launch(key, config(q, n_tiles * p.g * sh.b * sh.hkv, name), p.q.const_data_ptr(), p.k.const_data_ptr(),
@@ -946,7 +975,7 @@ BwdResult bwd_cuda(
            rev.s_g, rev.z_bh, rev.z_g);
   };
   if (wgmma_dk) {
-    dk_walk(aot::la_bwd_dk_wgmma, dk_wgmma_key, 1, dv_in_dk ? "linear_attn_bwd dk and dv" : "linear_attn_bwd dk");
+    dk_walk(aot::la_bwd_dk_wgmma, dk_wgmma_key, 1, "linear_attn_bwd dk and dv");
   } else {
     dk_walk(aot::la_bwd_dk, aot::LaBwdDkKey{p.dtype, bkv, causal, p.feat, dv_in_dk}, nf,
             dv_in_dk ? "linear_attn_bwd dk and dv" : "linear_attn_bwd dk");

@@ -363,9 +363,11 @@ def test_limits_name_the_reason():
     assert la._limits(head_dim=256, seq_len=10, value_dim=256) is None
     assert "head_dim up to 256" in la._limits(head_dim=257, seq_len=10)
     assert "value head dim" in la._limits(head_dim=64, value_dim=300)
-    assert la._limits(head_dim=256, cosformer=True, dtype=torch.bfloat16) is None
-    assert la._limits(head_dim=128, cosformer=True, dtype=torch.float16) is None
-    assert "up to 128 for torch.float16" in la._limits(head_dim=136, cosformer=True, dtype=torch.float16)
+    for dtype in (torch.bfloat16, torch.float16):  # under Cosformer too: 512 features
+        assert la._limits(head_dim=256, cosformer=True, dtype=dtype) is None
+    assert la._limits(head_dim=128, cosformer=True, dtype=torch.float32) is None
+    assert "under Cosformer the kernels take head_dim up to 128 for torch.float32" in la._limits(
+        head_dim=136, cosformer=True, dtype=torch.float32)
 
 
 @pytest.mark.parametrize("call", ["api", "op", "api_to_op"])

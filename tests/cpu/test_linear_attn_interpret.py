@@ -59,9 +59,14 @@ CASES = [
     # so segments must hold whole chunks of both (a regression caught on the H200).
     (1, 2, 2, 130, 48, 24, torch.float16, "elu+1", True, True, False, None, False),
     (1, 2, 1, 33, 16, 16, torch.bfloat16, "relu", True, False, False, None, False),  # relu compiled in (FEAT 3)
-    # Cosformer above 128 features: the 512 block (2 x 144 padded features), segments and a state;
-    # then a decode step there
+    # Cosformer above 128 features: the 512 block (2 x 144 padded features), whose forward, stats
+    # pass and dv walk one part per launch (spec.walks_by_part), segments and a state; bidirectional there with
+    # GQA, transposed inputs and Dv over several of the forward's tiles; then a decode step
     (1, 2, 1, 70, 136, 24, torch.bfloat16, "elu+1", True, True, True, 32, False),
+    (1, 4, 2, 45, 130, 40, torch.bfloat16, "relu", False, True, False, 16, True),
+    # and in fp16 (tf32 operands), whose 512 block the part walks let it build
+    (1, 2, 1, 40, 130, 24, torch.float16, "elu+1", True, True, True, 16, False),
+    (1, 2, 1, 33, 136, 20, torch.float16, "softmax_free", False, True, False, None, False),
     (1, 2, 1, 1, 200, 16, torch.bfloat16, "relu", True, True, True, None, False),
 ]
 

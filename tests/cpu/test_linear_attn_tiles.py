@@ -55,9 +55,22 @@ def test_the_sm90_tiles_measured_on_hoppers():
                               ("FWD_TILES", 0, (16, 128, 8, 1)), ("FWD_TILES", 2, spec.FWD_TILES["bf16", 256])):
         assert spec.tile_of(table, 90, "bf16", 256, feat) == tile, (table, feat)
         assert spec.tile_of(table, 80, "bf16", 256, feat) == spec.TABLES[table]["bf16", 256]
-    # Cosformer's bidirectional forward at 512 features: 176 KB on sm_90, the shared 80 KB elsewhere
-    assert spec.tile_of("BIDIR_FWD_TILES", 90, "bf16", 512, 0) == (32, 128, 8, 1)
-    assert spec.tile_of("BIDIR_FWD_TILES", 80, "bf16", 512, 0) == (32, 32, 8, 1)
+
+
+def test_the_512_block_walks_by_part():
+    """At Cosformer's 512 block the forward and dv walk one part per launch (SPLIT) in each dtype that
+    builds it and on every architecture, in tiles of at most 128 value columns (a [256, BT] fp32 state per
+    program); every other block walks all of its features in one launch."""
+    checked = 0
+    for name in spec.SPLIT_KERNELS:
+        for v in KERNELS[name].variants():
+            for arch in (80, 90, 100, 120):
+                c = v.constexprs(arch)
+                assert c["SPLIT"] == (v.key_dict["BK"] == spec.COSFORMER_BLOCK), v.name
+                checked += c["SPLIT"]
+                assert not c["SPLIT"] or c["BT"] <= 128, (v.name, arch)
+    assert checked == 2 * 2 * 4 * len(spec.COSFORMER_BLOCK_DTYPES)  # two modes, four architectures
+    assert spec.SPLIT_KERNELS == ("la_fwd", "la_bwd_dv")
 
 
 def test_overrides_name_existing_tables_and_keys_and_build_the_same_variants():
@@ -90,14 +103,14 @@ def test_replace_tile_reaches_every_architecture_and_feature_key():
 
 def test_cosformer_wide_dtypes_are_the_builds():
     """The dtypes whose Cosformer takes D above 128 in the Python layer are those the build gives the
-    512-feature block (in the kernels that hold all features alone), and the narrow limit is the
-    others' widest block halved."""
+    512-feature block (in the kernels that hold all features, for the run-time map alone), and the
+    narrow limit is the others' widest block halved."""
     names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
     assert tuple(names[d] for d in la.COSFORMER_WIDE_DTYPES) == spec.COSFORMER_BLOCK_DTYPES
     for dtype in set(names.values()) - set(spec.COSFORMER_BLOCK_DTYPES):
         assert 2 * la.MAX_NARROW_COSFORMER_HEAD_DIM == max(spec.BLOCKS[dtype])
     assert spec.COSFORMER_BLOCK == 2 * la.MAX_HEAD_DIM
-    built = {(v.spec.name, v.key_dict["dtype"]) for k in spec.KERNELS for v in k.variants()
-             if v.key_dict.get("BK") == spec.COSFORMER_BLOCK}
-    assert built == {(name, dtype) for name in ("la_state", "la_fwd", "la_bwd_dv", "la_decode")
+    built = {(v.spec.name, v.key_dict["dtype"], v.key_dict.get("FEAT", 0)) for k in spec.KERNELS
+             for v in k.variants() if v.key_dict.get("BK") == spec.COSFORMER_BLOCK}  # la_decode: no FEAT
+    assert built == {(name, dtype, 0) for name in ("la_state", "la_fwd", "la_bwd_dv", "la_decode")
                      for dtype in spec.COSFORMER_BLOCK_DTYPES}

@@ -161,19 +161,43 @@ def test_bidirectional_segments_at_256_features(b, h, hkv, n, phi):
     assert_close("out", out, ref, torch.bfloat16)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("gqa", [False, True])
 @pytest.mark.parametrize("phi", PHIS)
-def test_cosformer_above_128_features(phi, gqa, causal):
-    """Cosformer at D 200 in bf16: 400 features, the 512 block that only the run-time map builds
-    (spec.COSFORMER_BLOCK), forward and backward in every mode."""
-    check_mode(phi, causal, True, torch.bfloat16, 4, 2 if gqa else 4, 200, 72)
+def test_cosformer_above_128_features(phi, gqa, causal, dtype):
+    """Cosformer at D 200: 400 features, the 512 block that only the run-time map builds
+    (spec.COSFORMER_BLOCK), forward and backward in every mode and dtype."""
+    check_mode(phi, causal, True, dtype, 4, 2 if gqa else 4, 200, 72)
 
 
 @pytest.mark.parametrize("b,h,hkv,n,d,dv", [(1, 2, 1, 1100, 256, 256), (2, 4, 2, 300, 136, 40), (3, 2, 2, 5, 256, 24)])
 def test_cosformer_512_features_odd_shapes(b, h, hkv, n, d, dv):
     """The 512 block at the largest head dims, with padded features (2 x 144) and a few rows."""
     check_odd_shape(b, h, hkv, n, d, dv, True, torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", la.COSFORMER_WIDE_DTYPES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_cosformer_512_walks_one_part_per_launch(causal, dtype):
+    """At the 512 block the forward, the backward's stats pass and dv each take two launches, one per
+    Cosformer part (spec.walks_by_part), part 1 adding part 0's sums; several segments, GQA, N off
+    the chunk, against float64."""
+    b, h, hkv, n, d, dv = 2, 4, 2, 2 * 4096 + 33, 200, 72
+    q, k, v = make(b, h, hkv, n, d, dv, dtype, phi="elu+1")
+    cos, sin = weights(n, b)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    poison_allocator()
+    outs = []
+    names = _cuda_kernels(lambda: outs.append(la.fwd(*leaves, causal, "elu+1", 1e-6, cos, sin, scale=0.37)))
+    assert names.count("la_fwd_kernel") == 2, names
+    grad_out = torch.randn_like(outs[0])
+    names = _cuda_kernels(lambda: outs[0].backward(grad_out))
+    assert names.count("la_fwd_kernel") == 2 and names.count("la_bwd_dv_kernel") == 2, names  # stats pass, dv
+    ref, _, grads = reference(q, k, v, "elu+1", causal, cos, sin, 0.37, grad_out=grad_out)
+    assert_close("out", outs[0], ref, dtype)
+    for name, leaf, g in zip(("dq", "dk", "dv"), leaves, grads):
+        assert_close(name, leaf.grad, g, dtype)
 
 
 @pytest.mark.parametrize("cosformer", [False, True])
@@ -343,16 +367,16 @@ def test_outside_the_kernels_limits_uses_the_fallback():
     assert_close("out", out, reference(q, k, v, "elu+1", True, None, None, 1.0)[0], torch.bfloat16)
     with pytest.raises(ValueError, match=r"take D and Dv up to 256, got D=272"):
         torch.ops.neuralops.linear_attn_fwd(q, k, v, None, None, None, None, "elu+1", True, 1e-6, 1.0, False)
-    # Cosformer above D 128 has kernels in bf16 alone (spec.COSFORMER_BLOCK_DTYPES)
+    # Cosformer above D 128 has kernels in bf16 and fp16 (spec.COSFORMER_BLOCK_DTYPES); fp32 falls back
     cos, sin = weights(10)
-    for dtype in (torch.float16, torch.float32):
-        q, k, v = make(1, 2, 2, 10, 136, 16, dtype)
-        assert la.is_supported(q, k, v) and not la.is_supported(q, k, v, cos_weight=cos)
-        out = la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin)
-        assert_close("out", out, reference(q, k, v, "elu+1", True, cos, sin, 1.0)[0], dtype)
-        with pytest.raises(ValueError, match=r"no kernel block holds 288 features"):
-            torch.ops.neuralops.linear_attn_fwd(q, k, v, cos, sin, None, None, "elu+1", True, 1e-6, 1.0, False)
-    assert la.is_supported(*make(1, 2, 2, 10, 136, 16, torch.bfloat16), cos_weight=cos)
+    for dtype in la.COSFORMER_WIDE_DTYPES:
+        assert la.is_supported(*make(1, 2, 2, 10, 256, 16, dtype), cos_weight=cos)
+    q, k, v = make(1, 2, 2, 10, 136, 16, torch.float32)
+    assert la.is_supported(q, k, v) and not la.is_supported(q, k, v, cos_weight=cos)
+    out = la.fwd(q, k, v, True, "elu+1", 1e-6, cos, sin)
+    assert_close("out", out, reference(q, k, v, "elu+1", True, cos, sin, 1.0)[0], torch.float32)
+    with pytest.raises(ValueError, match=r"no kernel block that holds 288 features"):
+        torch.ops.neuralops.linear_attn_fwd(q, k, v, cos, sin, None, None, "elu+1", True, 1e-6, 1.0, False)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -629,7 +653,7 @@ def test_wgmma_rows_past_int32(n):
     grad_out = torch.randn_like(got["out"])
     names = _cuda_kernels(lambda: got["out"].backward(grad_out))
     gluon = hopper and n == 128
-    for walk in ("dq", "dv", "dk"):
+    for walk in ("dq", "dk"):  # dk's walk computes dv too
         assert (f"la_bwd_{walk}_wgmma_kernel" in names) == gluon, names
     ref, _, grads = reference(q, k, v, "relu", True, None, None, 1.0, grad_out=grad_out)
     assert_close("out", got["out"], ref, torch.bfloat16)
@@ -645,7 +669,8 @@ def test_wgmma_backward_where_it_is_built(phi, d, dv):
     """At 64 and 128 features and value columns the causal bf16 backward with one feature part walks
     in la_bwd_{dq,dv,dk}_wgmma_kernel on sm_90, in la_bwd_{dq,dv,dk}_kernel elsewhere. dq computes
     the stats (den and dout . out, normalized maps) at both on sm_90 and at 64 elsewhere, where 128
-    takes the forward kernel's stats variant; at 64 dk computes dv (no dv pass). Several segments, an
+    takes the forward kernel's stats variant; Gluon's dk computes dv at both (no dv pass), Triton's at
+    64. Several segments, an
     initial state, the final state's gradient and the initial one's, GQA, N off the chunk, D and Dv
     padded, scale, against float64."""
     hopper = torch.cuda.get_device_capability() == (9, 0)
@@ -664,7 +689,6 @@ def test_wgmma_backward_where_it_is_built(phi, d, dv):
     for walk in ("dq", "dk"):
         assert (f"la_bwd_{walk}_wgmma_kernel" in names) == hopper, names
         assert (f"la_bwd_{walk}_kernel" in names) != hopper, names
-    assert ("la_bwd_dv_wgmma_kernel" in names) == (hopper and wide), names
     assert ("la_bwd_dv_kernel" in names) == (not hopper and wide), names
     assert "la_fwd_wgmma_kernel" not in names, names
     assert ("la_fwd_kernel" in names) == (not hopper and phi != "softmax_free" and wide), names

@@ -1,11 +1,10 @@
 """The causal backward's walks in Gluon, for Hopper (sm_90a only): dq (la_bwd_dq_kernel's arguments
-and results: den and dl from the stats pass, or under STATS computed and written here), dv
-(la_bwd_dv_kernel's) and dk (la_bwd_dk_kernel's: under WITH_DV dv too), for bf16 tensors with one
-feature part (FEAT > 0) at 64 and 128 features and value columns (spec.py WGMMA_BWD_TILES; STATS at
-both, _wgmma_dq_built; WITH_DV at 64, WGMMA_FUSED). One program holds all of F and all of Dv, so each
-grid has one tile: (H / Hkv) x G x B*Hkv for dq, G x B*Hkv for dv and dk. csrc/ops/linear_attn.cpp
-takes them where they are built for the device (and D and Dv take the same block) and keeps the
-Triton kernels elsewhere.
+and results: den and dl from the stats pass, or under STATS computed and written here) and dk with dv
+(la_bwd_dk_kernel's with WITH_DV: no dv pass), for bf16 tensors with one feature part (FEAT > 0) at
+64 and 128 features and value columns (spec.py WGMMA_BWD_TILES; STATS at both, _wgmma_dq_built).
+One program holds all of F and all of Dv, so each grid has one tile: (H / Hkv) x G x B*Hkv for dq,
+G x B*Hkv for dk with dv. csrc/ops/linear_attn.cpp takes them where they are built for the device
+(and D and Dv take the same block) and keeps the Triton kernels elsewhere.
 
 Why: at 128 features the Triton dq and dk tile F by 32 and dv tiles Dv by 64 (wider tiles spill), so
 each row block is read and its products recomputed by two to four programs, and the intra-chunk dots
@@ -27,7 +26,7 @@ qf_i . gq_i + rowsum(tril(A) * ds)_i. The forward's own products (qf S and tril(
 8 wgmma groups a chunk become 6, and dout . out takes S in both halves where the forward's out took
 its hi half (a difference of one bf16 rounding of S, inside the tolerance the hi + lo split keeps
 for dq).
-dv and dk: _reverse_walk (later chunks first, each chunk once per query head of the kv head).
+dk and dv: _reverse_walk (later chunks first, each chunk once per query head of the kv head).
 Rows past N and padded feature columns load as zeros. Only elu+1's padded columns of qg need zeroing
 (the reverse walks contract over features with them); otherwise a padded column of kf or qg reaches
 only the same padded column of a result (never stored), rows past N meet zero rows of v and dout,
@@ -51,6 +50,16 @@ def _dphi(x, FEAT: gl.constexpr):
         y = gl.where(x > 0, 1.0, gl.exp2(x * 1.4426950408889634))
     else:
         y = gl.where(x > 0, 1.0, 0.0)
+    return y
+
+
+@gluon.jit
+def _dphi_of_phi(f, FEAT: gl.constexpr):
+    """phi'(x) from f = phi(x): elu+1's is min(f, 1) (exp(x) <= 1 below 0, else 1), relu's f > 0."""
+    if FEAT == 2:
+        y = gl.minimum(f, 1.0)
+    else:
+        y = gl.where(f > 0, 1.0, 0.0)
     return y
 
 
@@ -269,22 +278,20 @@ def la_bwd_dq_wgmma_kernel(
 
 
 @gluon.jit
-def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
+def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
                   H, HKV, N, D, DV, DS, DVS, G, L, normalize, has_r, scale,
-                  sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, so_b, so_h, so_n,
+                  sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdk_b, sdk_h, sdk_n,
                   sdv_b, sdv_h, sdv_n, sr_bh, sr_g, srz_bh, srz_g,
-                  C: gl.constexpr, BK: gl.constexpr, FEAT: gl.constexpr, STAGES: gl.constexpr, DK: gl.constexpr,
-                  WITH_DV: gl.constexpr):
-    """The reverse walk of la_bwd_dv_kernel (DK = 0: dv into out_ptr) or la_bwd_dk_kernel (DK = 1:
-    dk, and dv into dv_ptr under WITH_DV) over (chunk, query head of the group) pairs, later chunks
-    first, from the reverse state R (and rho for dk) at segment g; all of F and Dv (BK each) in one
-    program. Per pair, with qg = qf / den (padded feature columns zeroed: elu+1 maps them to 1) and
-    R's bf16 hi and lo halves in shared memory:
-        dv: acc = kf R (first head),  at = kf qg^T,  acc += triu(at) dout
+                  C: gl.constexpr, BK: gl.constexpr, FEAT: gl.constexpr, STAGES: gl.constexpr):
+    """dk and dv (la_bwd_dk_kernel's WITH_DV) in one reverse walk over (chunk, query head of the
+    group) pairs, later chunks first, from the reverse state R and rho at segment g; all of F and Dv
+    (BK each) in one program. Per pair, with qg = qf / den (padded feature columns zeroed: elu+1 maps
+    them to 1) and R's bf16 hi and lo halves in shared memory:
+        dv: acc_v = kf R (first head),  at = kf qg^T,  acc_v += triu(at) dout
         dk: acc = v R^T + rho (first head),  dst = v dout^T,  acc += (triu(dst + r^T)) qg
-        R += qg^T dout (issued with the products above),  dk: rho += qg^T r
-    and the group's last head stores acc (dk through phi'(k)). WITH_DV runs both accumulators in one
-    walk: the dv pass would read q, k and grad_out again and repeat R's update."""
+        R += qg^T dout (issued with the products above),  rho += qg^T r
+    and the group's last head stores both (dk through phi'(k)). One walk for both, since separate dv
+    and dk walks would each read q, k and grad_out and repeat R's update."""
     NW: gl.constexpr = gl.num_warps()
     WN: gl.constexpr = NW // 4
     TK: gl.constexpr = BK // 8 if BK // 8 < 32 else 32
@@ -305,11 +312,11 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
     hk = bk % HKV
     kb = k_ptr + b * sk_b + hk * sk_h
     vb = v_ptr + b * sv_b + hk * sv_h
-    ob = out_ptr + b * so_b + hk * so_h
     # At 128 features the copies take their offsets within the head in 32 bits (the op runs the
     # Gluon backward only where (N - 1) * stride + width < 2^31, csrc rows_fit_int32): H200, B1 H16
-    # N65536, dv 632.6 -> 608.6 us and dk 670.4 -> 642.6 us. The same at 64 (dk with dv) and in the
-    # forward's walk cost 1% and 4%, although their chunk loops lost 5% and 2% of their instructions.
+    # N65536, dv 632.6 -> 608.6 us and dk 670.4 -> 642.6 us (as separate walks). The same at 64 and
+    # in the forward's walk cost 1% and 4%, although their chunk loops lost 5% and 2% of their
+    # instructions.
     if BK >= 128:
         sq_n = sq_n.to(gl.int32)
         sd_n = sd_n.to(gl.int32)
@@ -319,14 +326,14 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
     R, rho = _start_state(r_ptr, rz_ptr, bk, g, has_r, sr_bh, sr_g, srz_bh, srz_g, 0, DS, DVS, BK, BK, mma,
                           gl.SliceLayout(0, ld))
 
+    # At 128 features kf is written over k's tile (phi'(k) then comes from kf): a [C, BK] kf buffer
+    # of its own took the block 2 KB past sm_90's 227 KB.
+    KF_IN_K: gl.constexpr = BK >= 128
     q_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
     d_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], nv)
-    if DK:
-        v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], nv)
-    DV_ON: gl.constexpr = (DK == 0) | (WITH_DV != 0)  # this walk computes dv
-    if DV_ON | (FEAT != 1):  # k: kf for dv, phi'(k) for dk (identity's is 1)
-        k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], raw)
-    if DV_ON:
+    v_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], nv)
+    k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, C, BK], nv if KF_IN_K else raw)
+    if not KF_IN_K:
         kf_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
     qg_s = gl.allocate_shared_memory(gl.bfloat16, [C, BK], nv)
     rh_s = gl.allocate_shared_memory(gl.bfloat16, [BK, BK], nv)
@@ -351,11 +358,9 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
         on = i < n_it
         _issue_tile(q_s.index(i), q_ptr + b * sq_b + ld_h * sq_h, ld_rows, cd, N, D, sq_n, on)
         _issue_tile(d_s.index(i), do_ptr + b * sd_b + ld_h * sd_h, ld_rows, cd, N, DV, sd_n, on)
-        if DK:
-            _issue_tile(v_s.index(i), vb, ld_rows, cd, N, DV, sv_n, on)
-        if DV_ON | (FEAT != 1):
-            _issue_tile(k_s.index(i), kb, ld_rows, cd, N, D, sk_n, on)
-        _issue_scales(sc_s.index(i), den_ptr, dl_ptr, b * H + ld_h, ld_c0, N, normalize, on, DK, sc)
+        _issue_tile(v_s.index(i), vb, ld_rows, cd, N, DV, sv_n, on)
+        _issue_tile(k_s.index(i), kb, ld_rows, cd, N, D, sk_n, on)
+        _issue_scales(sc_s.index(i), den_ptr, dl_ptr, b * H + ld_h, ld_c0, N, normalize, on, 1, sc)
         cp.commit_group()
         ld_c0, ld_rep = _next_pair(ld_c0, ld_rep, n_rep, C)
 
@@ -373,8 +378,7 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
     zero_a = gl.zeros([C, C], gl.float32, mma_a)
     f_on = gl.where(cd < D, 1.0, 0.0)
     acc = zero_o
-    if WITH_DV:
-        acc_v = zero_o
+    acc_v = zero_o
     for it in range(n_it):
         nxt = it + STAGES - 1
         s_nxt = nxt % STAGES
@@ -383,11 +387,9 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
         on = nxt < n_it
         _issue_tile(q_s.index(s_nxt), q_ptr + b * sq_b + ld_h * sq_h, ld_rows, cd, N, D, sq_n, on)
         _issue_tile(d_s.index(s_nxt), do_ptr + b * sd_b + ld_h * sd_h, ld_rows, cd, N, DV, sd_n, on)
-        if DK:
-            _issue_tile(v_s.index(s_nxt), vb, ld_rows, cd, N, DV, sv_n, on)
-        if DV_ON | (FEAT != 1):
-            _issue_tile(k_s.index(s_nxt), kb, ld_rows, cd, N, D, sk_n, on)
-        _issue_scales(sc_s.index(s_nxt), den_ptr, dl_ptr, b * H + ld_h, ld_c0, N, normalize, on, DK, sc)
+        _issue_tile(v_s.index(s_nxt), vb, ld_rows, cd, N, DV, sv_n, on)
+        _issue_tile(k_s.index(s_nxt), kb, ld_rows, cd, N, D, sk_n, on)
+        _issue_scales(sc_s.index(s_nxt), den_ptr, dl_ptr, b * H + ld_h, ld_c0, N, normalize, on, 1, sc)
         cp.commit_group()
         ld_c0, ld_rep = _next_pair(ld_c0, ld_rep, n_rep, C)
         cp.wait_group(STAGES - 1)  # this pair's copies have landed
@@ -396,106 +398,59 @@ def _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, out_ptr, dv_ptr, r_ptr, rz_ptr, d
         qg = _phi(q_s.index(slot).load(ld).to(gl.float32), FEAT) * f_on[None, :] * (scale * inv_l)[:, None]
         qg_s.store(qg.to(gl.bfloat16))
         dt = d_s.index(slot)
-        if DK:
-            rho_next = rho + gl.sum(qg * ndl_l[:, None], 0)  # here, so that qg is not live across the products
-            if WITH_DV:
-                kf_s.store(_phi(k_s.index(slot).load(ld).to(gl.float32), FEAT).to(gl.bfloat16))
-            else:  # r for the chunk's key columns; with dv it is read after the products: it spilled across them
-                _, ndl_a = _slot_scales(sc_s.index(slot), c0 + aj, N, normalize, gl.SliceLayout(0, mma_a))
-            fence_async_shared()
-            vt = v_s.index(slot)
-            if rep == 0:
-                # The first head's products (the dv walk's below too) start from rho in the accumulator
-                # and complete at the wait for pr: no wait of their own. H200: dk with dv 104.4 -> 101.0
-                # us at B4 H16 N4096 D64; dv 613.2 -> 606.2 us and dk 645.8 -> 640.6 at B1 H16 N65536 D128.
-                acc_t = warpgroup_mma(vt, rh_s.permute((1, 0)),
-                                      zero_o + gl.convert_layout(rho, gl.SliceLayout(0, mma))[None, :],
-                                      is_async=True)
-                acc_t = warpgroup_mma(vt, rl_s.permute((1, 0)), acc_t, is_async=True)
-                if WITH_DV:
-                    acc_vt = warpgroup_mma(kf_s, rh_s, zero_o, use_acc=False, is_async=True)
-                    acc_vt = warpgroup_mma(kf_s, rl_s, acc_vt, is_async=True)
-            else:
-                acc_t = warpgroup_mma_init(acc)
-                if WITH_DV:
-                    acc_vt = warpgroup_mma_init(acc_v)
-            rho = rho_next
-            pr = warpgroup_mma(vt, dt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
-            if WITH_DV:
-                at = warpgroup_mma(kf_s, qg_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+        rho_next = rho + gl.sum(qg * ndl_l[:, None], 0)  # here, so that qg is not live across the products
+        if KF_IN_K:
+            kf_s = k_s.index(slot)
+            if FEAT != 1:  # each thread rewrites the elements it read
+                kf_s.store(_phi(kf_s.load(ld).to(gl.float32), FEAT).to(gl.bfloat16))
         else:
             kf_s.store(_phi(k_s.index(slot).load(ld).to(gl.float32), FEAT).to(gl.bfloat16))
-            fence_async_shared()
-            if rep == 0:
-                acc_t = warpgroup_mma(kf_s, rh_s, zero_o, use_acc=False, is_async=True)
-                acc_t = warpgroup_mma(kf_s, rl_s, acc_t, is_async=True)
-            else:
-                acc_t = warpgroup_mma_init(acc)
-            pr = warpgroup_mma(kf_s, qg_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+        fence_async_shared()
+        vt = v_s.index(slot)
+        if rep == 0:
+            # The first head's products start from rho in dk's accumulator and complete at the wait
+            # for pr: no wait of their own. H200: dk with dv 104.4 -> 101.0 us at B4 H16 N4096 D64;
+            # dv 613.2 -> 606.2 us and dk 645.8 -> 640.6 at B1 H16 N65536 D128 (as separate walks).
+            acc_t = warpgroup_mma(vt, rh_s.permute((1, 0)),
+                                  zero_o + gl.convert_layout(rho, gl.SliceLayout(0, mma))[None, :], is_async=True)
+            acc_t = warpgroup_mma(vt, rl_s.permute((1, 0)), acc_t, is_async=True)
+            acc_vt = warpgroup_mma(kf_s, rh_s, zero_o, use_acc=False, is_async=True)
+            acc_vt = warpgroup_mma(kf_s, rl_s, acc_vt, is_async=True)
+        else:
+            acc_t = warpgroup_mma_init(acc)
+            acc_vt = warpgroup_mma_init(acc_v)
+        rho = rho_next
+        pr = warpgroup_mma(vt, dt.permute((1, 0)), zero_a, use_acc=False, is_async=True)
+        at = warpgroup_mma(kf_s, qg_s.permute((1, 0)), zero_a, use_acc=False, is_async=True)
         R = warpgroup_mma(qg_s.permute((1, 0)), dt, R, is_async=True)
-        if WITH_DV:
-            pr, at = warpgroup_mma_wait(1, deps=(pr, at))  # the state update may still run
-        else:
-            pr = warpgroup_mma_wait(1, deps=(pr,))
-        if DK:
-            if WITH_DV:
-                _, ndl_a = _slot_scales(sc_s.index(slot), c0 + aj, N, normalize, gl.SliceLayout(0, mma_a))
-            pr = gl.where(later, pr + ndl_a[None, :], 0.0)
-            acc = warpgroup_mma(gl.convert_layout(pr.to(gl.bfloat16), a_op), qg_s, acc_t, is_async=True)
-            if WITH_DV:
-                at = gl.where(later, at, 0.0)
-                acc_v = warpgroup_mma(gl.convert_layout(at.to(gl.bfloat16), a_op), dt, acc_vt, is_async=True)
-                acc, acc_v, R = warpgroup_mma_wait(0, deps=(acc, acc_v, R))
-            else:
-                acc, R = warpgroup_mma_wait(0, deps=(acc, R))
-        else:
-            pr = gl.where(later, pr, 0.0)
-            acc = warpgroup_mma(gl.convert_layout(pr.to(gl.bfloat16), a_op), dt, acc_t, is_async=True)
-            acc, R = warpgroup_mma_wait(0, deps=(acc, R))
+        pr, at = warpgroup_mma_wait(1, deps=(pr, at))  # the state update may still run
+        # r for the chunk's key columns, read after the products: it spilled across them
+        _, ndl_a = _slot_scales(sc_s.index(slot), c0 + aj, N, normalize, gl.SliceLayout(0, mma_a))
+        pr = gl.where(later, pr + ndl_a[None, :], 0.0)
+        acc = warpgroup_mma(gl.convert_layout(pr.to(gl.bfloat16), a_op), qg_s, acc_t, is_async=True)
+        at = gl.where(later, at, 0.0)
+        acc_v = warpgroup_mma(gl.convert_layout(at.to(gl.bfloat16), a_op), dt, acc_vt, is_async=True)
+        acc, acc_v, R = warpgroup_mma_wait(0, deps=(acc, acc_v, R))
         hi = R.to(gl.bfloat16)  # the halves' readers have completed: they may be replaced
         rh_s.store(hi)
         rl_s.store((R - hi.to(gl.float32)).to(gl.bfloat16))
         fence_async_shared()
         if rep == n_rep - 1:  # the group's last head: the rows are complete
             rows = c0 + oi
-            if DK:
-                out = acc
-                if FEAT != 1:
+            out = acc
+            if FEAT != 1:
+                if KF_IN_K:
+                    out = out * _dphi_of_phi(k_s.index(slot).load(mma).to(gl.float32), FEAT)
+                else:
                     out = out * _dphi(k_s.index(slot).load(mma).to(gl.float32), FEAT)
-                o_mask = (rows < N)[:, None] & (oj < D)[None, :]
-            else:
-                out = acc
-                o_mask = (rows < N)[:, None] & (oj < DV)[None, :]
-            gl.store(ob + rows[:, None].to(gl.int64) * so_n + oj[None, :], out.to(gl.bfloat16), mask=o_mask)
-            if WITH_DV:
-                v_mask = (rows < N)[:, None] & (oj < DV)[None, :]
-                gl.store(dv_ptr + b * sdv_b + hk * sdv_h + rows[:, None].to(gl.int64) * sdv_n + oj[None, :],
-                         acc_v.to(gl.bfloat16), mask=v_mask)
+            k_mask = (rows < N)[:, None] & (oj < D)[None, :]
+            gl.store(dk_ptr + b * sdk_b + hk * sdk_h + rows[:, None].to(gl.int64) * sdk_n + oj[None, :],
+                     out.to(gl.bfloat16), mask=k_mask)
+            v_mask = (rows < N)[:, None] & (oj < DV)[None, :]
+            gl.store(dv_ptr + b * sdv_b + hk * sdv_h + rows[:, None].to(gl.int64) * sdv_n + oj[None, :],
+                     acc_v.to(gl.bfloat16), mask=v_mask)
         c0, rep = _next_pair(c0, rep, n_rep, C)
     cp.wait_group(0)  # no copy may still target shared memory as the program exits
-
-
-@gluon.jit
-def la_bwd_dv_wgmma_kernel(
-    q_ptr, k_ptr, do_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, den_ptr,
-    H, HKV, N, D, DV, DS, DVS, G, L,
-    phi_kind, normalize, n_parts, has_r,
-    scale,
-    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sd_b, sd_h, sd_n, sdv_b, sdv_h, sdv_n,
-    sw_b, sr_bh, sr_g,
-    C: gl.constexpr, CAUSAL: gl.constexpr, BK: gl.constexpr, BT: gl.constexpr, PREC: gl.constexpr,
-    FEAT: gl.constexpr, STAGES: gl.constexpr,
-):
-    """la_bwd_dv_kernel's arguments (causal); wc, ws, phi_kind and n_parts are unused. All of Dv in
-    one program: grid G x B*Hkv (fastest first)."""
-    gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0, "the causal bf16 dv with one feature part")
-    gl.static_assert(C == 64 and BK == BT and BK >= 64, "64-row chunks, as many features as value columns")
-    _wait_for_primary()  # first: R and den are the previous kernels' outputs
-    _reverse_walk(q_ptr, k_ptr, k_ptr, do_ptr, dv_ptr, dv_ptr, r_ptr, r_ptr, den_ptr, den_ptr,
-                  H, HKV, N, D, DV, DS, DVS, G, L, normalize, has_r, scale,
-                  sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sk_b, sk_h, sk_n, sd_b, sd_h, sd_n, sdv_b, sdv_h, sdv_n,
-                  sdv_b, sdv_h, sdv_n, sr_bh, sr_g, 0, 0, C, BK, FEAT, STAGES, 0, 0)
-    _launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
 
 @gluon.jit
@@ -508,15 +463,15 @@ def la_bwd_dk_wgmma_kernel(
     sdv_b, sdv_h, sdv_n,
     sw_b, sr_bh, sr_g, srz_bh, srz_g,
     C: gl.constexpr, CAUSAL: gl.constexpr, BF: gl.constexpr, BKV: gl.constexpr, PREC: gl.constexpr,
-    FEAT: gl.constexpr, WITH_DV: gl.constexpr, STAGES: gl.constexpr,
+    FEAT: gl.constexpr, STAGES: gl.constexpr,
 ):
-    """la_bwd_dk_kernel's arguments (causal; dv as well under WITH_DV, else dv_ptr unused); wc, ws,
-    phi_kind and n_parts are unused. All of F in one program: grid G x B*Hkv (fastest first)."""
+    """la_bwd_dk_kernel's arguments (causal) with WITH_DV: dk and dv; wc, ws, phi_kind and n_parts are
+    unused. All of F in one program: grid G x B*Hkv (fastest first)."""
     gl.static_assert(CAUSAL == 1 and PREC == 1 and FEAT > 0, "the causal bf16 dk with one part")
     gl.static_assert(C == 64 and BF == BKV and BF >= 64, "64-row chunks, as many features as value columns")
     _wait_for_primary()  # first: R, rho, den and dl are the previous kernels' outputs
     _reverse_walk(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, r_ptr, rz_ptr, den_ptr, dl_ptr,
                   H, HKV, N, D, DV, DS, DVS, G, L, normalize, has_r, scale,
                   sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sd_b, sd_h, sd_n, sdk_b, sdk_h, sdk_n,
-                  sdv_b, sdv_h, sdv_n, sr_bh, sr_g, srz_bh, srz_g, C, BF, FEAT, STAGES, 1, WITH_DV)
+                  sdv_b, sdv_h, sdv_n, sr_bh, sr_g, srz_bh, srz_g, C, BF, FEAT, STAGES)
     _launch_dependents()  # last: the next kernel may be scheduled as this grid drains

@@ -222,17 +222,17 @@ def _fixed_state_walk(qb, ob, s_ptr, z_ptr, bk, g, has_s, ss_bh, ss_g, sz_bh, sz
 @gluon.jit
 def la_fwd_wgmma_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, wc_ptr, ws_ptr,
-    s_ptr, z_ptr, sf_ptr, zf_ptr, den_ptr, dl_ptr,
+    s_ptr, z_ptr, sf_ptr, zf_ptr, den_ptr, dl_ptr, acc_ptr, accd_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L,
-    phi_kind, normalize, n_parts, has_s, write_final, stats,
+    phi_kind, normalize, n_parts, has_s, write_final, stats, part,
     scale, eps,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
     sw_b, ss_bh, ss_g, sz_bh, sz_g,
     C: gl.constexpr, CAUSAL: gl.constexpr, BK: gl.constexpr, BT: gl.constexpr, PREC: gl.constexpr,
     FEAT: gl.constexpr, STAGES: gl.constexpr, STATS: gl.constexpr,
 ):
-    """la_fwd_kernel's arguments and grid (Dv tiles x H / Hkv x G x B*Hkv); wc, ws, phi_kind and
-    n_parts are unused (one part, the map compiled in), and CAUSAL = 0 (_fixed_state_walk) reads
+    """la_fwd_kernel's arguments and grid (Dv tiles x H / Hkv x G x B*Hkv); wc, ws, phi_kind,
+    n_parts, acc, accd and part are unused (one part, the map compiled in), and CAUSAL = 0 (_fixed_state_walk) reads
     neither k nor v. STATS = 1 is la_fwd_kernel's stats = 1 (the
     backward's stats pass: o_ptr is grad_out, read; den and dl written, as there), compiled in so
     that the plain forward's code stays as it was; the run-time `stats` is unused."""

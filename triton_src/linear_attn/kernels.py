@@ -393,6 +393,15 @@ def _segment_state(s_ptr, z_ptr, bk, g, G, has_s, ss_bh, ss_g, sz_bh, sz_g, frow
 
 
 @triton.jit
+def _part_sums(ptr, x, mask, part, writes):
+    """The sums of a walk split by Cosformer part (SPLIT): part 0 leaves its x at ptr (fp32; where
+    `writes`, one program of those that hold the same x) and gets x back; part 1 gets x plus them."""
+    total = x + tl.load(ptr, mask=mask & (part != 0), other=0.0)
+    tl.store(ptr, x, mask=mask & (part == 0) & writes)
+    return total
+
+
+@triton.jit
 def _program(n_tiles, n_heads, G, HKV):
     """(tile, head within its kv head's group, segment, b * Hkv + hk, b, hk) of this program, for
     grids of n_tiles x n_heads x G x B*Hkv (fastest first); kv-head kernels pass n_heads = 1."""
@@ -547,14 +556,14 @@ def la_scan_kernel(
 @triton.jit
 def la_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, wc_ptr, ws_ptr,
-    s_ptr, z_ptr, sf_ptr, zf_ptr, den_ptr, dl_ptr,
+    s_ptr, z_ptr, sf_ptr, zf_ptr, den_ptr, dl_ptr, acc_ptr, accd_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L,
-    phi_kind, normalize, n_parts, has_s, write_final, stats,
+    phi_kind, normalize, n_parts, has_s, write_final, stats, part,
     scale, eps,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
     sw_b, ss_bh, ss_g, sz_bh, sz_g,
     C: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
-    FEAT: tl.constexpr,
+    FEAT: tl.constexpr, SPLIT: tl.constexpr,
 ):
     """Outputs of segment g for query head h and Dv tile t, starting from the state (s, z)[b, hk, g]
     or the sum of the segment sums before it (has_s, see _segment_state; ss_g = sz_g = 0: one state
@@ -564,11 +573,23 @@ def la_fwd_kernel(
     den_i (den[b, h, i], by tile 0) and the tile's share of grad_out_i . out_i (dl[b, h, t, i]).
     write_final (causal): segment G - 1 of the first query head of hk writes the state after it to
     (sf, zf); the bidirectional total comes from the scan.
+    SPLIT = 1 (Cosformer's block of two parts, spec.walks_by_part): the call is two launches, each
+    walking the BK / 2 features of one part (`part`): all of F spilled (the [F, BT] fp32 state
+    beside [C, F] feature tiles). Numerators and denominators add over the parts, so part 0 writes
+    its unnormalized numerator to acc [B*H, N, DV] and its denominator, without eps, to accd
+    [B*H, N] (fp32), and part 1 adds them to its own before it normalizes and writes what the call
+    writes. Each part's state rows are its own (p * DS + d).
     Grid: Dv tiles x (H / Hkv) x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
     if FEAT > 0:  # the feature map compiled in (spec.FEATURES)
         phi_kind = FEAT - 1
         n_parts = 1
+    FW: tl.constexpr = BK // (1 + SPLIT)  # the features one program holds
+    if SPLIT:
+        tile_parts = 1  # one part, its weight on every column
+        eps = eps * part  # once, in the part that normalizes
+    else:
+        tile_parts = n_parts
     nt = tl.cdiv(DV, BT)
     n_rep = H // HKV
     t, r, g, bk, b, hk = _program(nt, n_rep, G, HKV)
@@ -580,12 +601,14 @@ def la_fwd_kernel(
     ob = o_ptr + b * so_b + h * so_h
     vc = t * BT + tl.arange(0, BT)
     v_ok = vc < DV
-    frow, f_ok = _state_rows(BK, 0, DS, n_parts)
+    frow, f_ok = _state_rows(FW, 0, DS, tile_parts)
+    if SPLIT:
+        frow += part * DS
     st_mask = f_ok[:, None] & (vc < DVS)[None, :]
     s, z = _segment_state(s_ptr, z_ptr, bk, g, G, has_s, ss_bh, ss_g, sz_bh, sz_g, frow, f_ok, vc, DVS, CAUSAL)
     ci = tl.arange(0, C)
     if PREC == 1:
-        zc = _z_columns(z, BK)
+        zc = _z_columns(z, FW)
         if CAUSAL:
             ones_row = _ones_column(C, True)
             ones_all = _ones_column(C, False)
@@ -598,8 +621,10 @@ def la_fwd_kernel(
         rows = c0 + ci
         r_ok = rows < N
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
-        qf = _op(_features(qb, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind, scale, 1, BK), PREC)
-        kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, CAUSAL, BK), PREC)
+        if SPLIT:
+            wc = tl.where(part == 0, wc, ws)
+        qf = _op(_features(qb, rows, N, sq_n, 0, D, wc, ws, tile_parts, phi_kind, scale, 1, FW), PREC)
+        kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, tile_parts, phi_kind, 1.0, CAUSAL, FW), PREC)
         vt = _load_in(_row_ptrs(vb, rows, N, sv_n) + vc[None, :], (v_ok & (CAUSAL != 0))[None, :])
         if PREC == 1:
             if CAUSAL:
@@ -626,13 +651,20 @@ def la_fwd_kernel(
             s = _mma(tl.trans(kf), vt, s, PREC)
         if PREC == 1:
             den = tl.sum(dacc, 1) + eps
+        o_mask = r_ok[:, None] & v_ok[None, :]
+        r_out = r_ok
+        if SPLIT:
+            out = _part_sums(acc_ptr + (bh * N + rows)[:, None].to(tl.int64) * DV + vc[None, :], out, o_mask, part,
+                             True)
+            den = _part_sums(accd_ptr + bh * N + rows, den, r_ok, part, t == 0)
+            o_mask = o_mask & (part != 0)
+            r_out = r_ok & (part != 0)
         out = out * (1.0 / tl.where(normalize != 0, den, 1.0))[:, None]  # one division per row
         o_rows = ob + rows[:, None].to(tl.int64) * so_n + vc[None, :]
-        o_mask = r_ok[:, None] & v_ok[None, :]
         dout = _load_in(o_rows, o_mask & (stats != 0))
         if stats != 0:  # arithmetic only (the load stays above): the plain forward skips it
-            tl.store(dl_ptr + (bh * nt + t) * N + rows, tl.sum(dout * out, 1), mask=r_ok)
-            tl.store(den_ptr + bh * N + rows, den, mask=r_ok & (t == 0))
+            tl.store(dl_ptr + (bh * nt + t) * N + rows, tl.sum(dout * out, 1), mask=r_out)
+            tl.store(den_ptr + bh * N + rows, den, mask=r_out & (t == 0))
         _store_out(o_rows, out, o_mask & (stats == 0))
     if CAUSAL:  # the bidirectional total comes from the scan
         fin = (write_final != 0) & (r == 0) & (g == G - 1)
@@ -817,30 +849,39 @@ def _dv_chunk(dv, kf, qg, dout, rt, rep, ci, CAUSAL: tl.constexpr, PREC: tl.cons
 
 @triton.jit
 def la_bwd_dv_kernel(
-    q_ptr, k_ptr, do_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, den_ptr,
+    q_ptr, k_ptr, do_ptr, dv_ptr, wc_ptr, ws_ptr, r_ptr, den_ptr, acc_ptr,
     H, HKV, N, D, DV, DS, DVS, G, L,
-    phi_kind, normalize, n_parts, has_r,
+    phi_kind, normalize, n_parts, has_r, part,
     scale,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sd_b, sd_h, sd_n, sdv_b, sdv_h, sdv_n,
     sw_b, sr_bh, sr_g,
     C: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
-    FEAT: tl.constexpr,
+    FEAT: tl.constexpr, SPLIT: tl.constexpr,
 ):
     """dv of segment g, kv head hk, Dv tile t, in reverse order from R[b, hk, g] (the sum of qf^T g
     over later rows, dS_final included), summed over the query heads of hk; bidirectional mode
     (CAUSAL = 0) leaves dv = kf R with R the total.
+    SPLIT = 1 (as la_fwd_kernel's): two launches, one per Cosformer part (`part`), dv being the sum
+    of the parts' terms; part 0 writes its dv rows to acc [B*Hkv, N, DV] (fp32), which part 1 adds.
     Grid: Dv tiles x G x B*Hkv (fastest first)."""
     wait_for_primary()  # first: everything below may read the previous kernel's output
     if FEAT > 0:  # the feature map compiled in (spec.FEATURES)
         phi_kind = FEAT - 1
         n_parts = 1
+    FW: tl.constexpr = BK // (1 + SPLIT)  # the features one program holds
+    if SPLIT:
+        tile_parts = 1  # one part, its weight on every column
+    else:
+        tile_parts = n_parts
     n_rep = H // HKV
     t, _, g, bk, b, hk = _program(tl.cdiv(DV, BT), 1, G, HKV)
     kb = k_ptr + b * sk_b + hk * sk_h
     dvb = dv_ptr + b * sdv_b + hk * sdv_h
     vc = t * BT + tl.arange(0, BT)
     v_ok = vc < DV
-    frow, f_ok = _state_rows(BK, 0, DS, n_parts)
+    frow, f_ok = _state_rows(FW, 0, DS, tile_parts)
+    if SPLIT:
+        frow += part * DS
     rt = tl.load(r_ptr + bk.to(tl.int64) * sr_bh + g * sr_g + frow[:, None] * DVS + vc[None, :],
                  mask=f_ok[:, None] & (vc < DVS)[None, :] & (has_r != 0), other=0.0)
     ci = tl.arange(0, C)
@@ -856,18 +897,25 @@ def la_bwd_dv_kernel(
         rows = s0 + (n_ch - 1 - it // reps) * C + ci
         r_ok = rows < N
         wc, ws = _position_weights(wc_ptr + b * sw_b, ws_ptr + b * sw_b, rows, N, n_parts)
-        kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, n_parts, phi_kind, 1.0, 1, BK), PREC)
+        if SPLIT:
+            wc = tl.where(part == 0, wc, ws)
+        kf = _op(_features(kb, rows, N, sk_n, 0, D, wc, ws, tile_parts, phi_kind, 1.0, 1, FW), PREC)
         h = hk * n_rep + rep
         dout = _load_in(do_ptr + b * sd_b + h * sd_h + rows[:, None].to(tl.int64) * sd_n + vc[None, :],
                         r_ok[:, None] & (v_ok & (CAUSAL != 0))[None, :])
         inv = 1.0 / tl.load(den_ptr + (b * H + h) * N + rows, mask=r_ok & (normalize * CAUSAL != 0), other=1.0)
-        qg = _op(_features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, n_parts, phi_kind,
-                           scale * inv, CAUSAL, BK), PREC)  # qf_i / den_i: g_i's 1 / den_i moved to its rows
-        dv = _dv_chunk(dv, kf, qg, dout, rt, rep, ci, CAUSAL, PREC, BK)
+        qg = _op(_features(q_ptr + b * sq_b + h * sq_h, rows, N, sq_n, 0, D, wc, ws, tile_parts, phi_kind,
+                           scale * inv, CAUSAL, FW), PREC)  # qf_i / den_i: g_i's 1 / den_i moved to its rows
+        dv = _dv_chunk(dv, kf, qg, dout, rt, rep, ci, CAUSAL, PREC, FW)
         if CAUSAL:
             rt += _mm(tl.trans(qg), dout, PREC)
-        _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv,
-                   r_ok[:, None] & v_ok[None, :] & (rep == reps - 1))
+        d_mask = r_ok[:, None] & v_ok[None, :] & (rep == reps - 1)
+        dv_rows = dv
+        if SPLIT:
+            dv_rows = _part_sums(acc_ptr + (bk.to(tl.int64) * N + rows)[:, None] * DV + vc[None, :], dv, d_mask,
+                                 part, True)
+            d_mask = d_mask & (part != 0)
+        _store_out(dvb + rows[:, None].to(tl.int64) * sdv_n + vc[None, :], dv_rows, d_mask)
     launch_dependents()  # last: the next kernel may be scheduled as this grid drains
 
 

@@ -11,11 +11,12 @@ GQA, states, stats, and phi under Cosformer) is a run-time argument: 5 kernels *
 maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan + the 16 of dq with the stats
 (STATS: bf16 and fp16, see FUSED_BLOCK) and the 8 of dk with dv (WITH_DV: bf16) + the 21 of the
 Gluon forward (la_fwd_wgmma: bf16, three maps; causal at blocks 64, 128 and 256, the plain forward
-and the stats pass; bidirectional at 256, the plain forward) and the 17 of the Gluon backward (la_bwd_*_wgmma; blocks 64 and 128,
-_wgmma_dq_built: dq with the stats for three maps and without them for softmax_free; block 128: dv
-and dk for three maps; block 64, WGMMA_FUSED: dk with dv), sm_90 only (WGMMA_FWD_TILES,
-WGMMA_BIDIR_FWD_TILES, WGMMA_BWD_TILES) + the 7 of Cosformer's 512 block (COSFORMER_BLOCK, bf16:
-the state pass, the forward and dv in two modes and the decode kernel) = 357 variants. The bf16 tiles of blocks 64 and
+and the stats pass; bidirectional at 256, the plain forward) and the 14 of the Gluon backward
+(la_bwd_*_wgmma; blocks 64 and 128, _wgmma_dq_built: dq with the stats for three maps and without
+them for softmax_free; dk with dv for three maps), sm_90 only (WGMMA_FWD_TILES,
+WGMMA_BIDIR_FWD_TILES, WGMMA_BWD_TILES) + the 14 of Cosformer's 512 block (COSFORMER_BLOCK, bf16
+and fp16: the state pass, the forward and dv in two modes, which walk one part per launch
+(walks_by_part), and the decode kernel) = 361 variants. The bf16 tiles of blocks 64 and
 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state
 pass and the forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward
 BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128
@@ -54,10 +55,10 @@ TILES = {
     ("fp16", 128): (32, 64, 8, 2),
     ("fp16", 256): (32, 32, 8, 2),
     ("fp32", 256): (16, 16, 4, 1),
-    # Cosformer above 128 features (COSFORMER_BLOCK; the dv pass's tile, the others' below): a
-    # [512, BT] fp32 state is 64 registers per thread at BT 32 with 8 warps; one stage keeps the
-    # 512-wide q and k tiles under 99 KB.
-    ("bf16", 512): (32, 32, 8, 1),
+    # Cosformer above 128 features (COSFORMER_BLOCK), the dv pass's: its walk holds one part's 256
+    # features (walks_by_part), so the 256 block's tiles.
+    ("bf16", 512): (64, 32, 8, 2),
+    ("fp16", 512): (32, 32, 8, 2),
 }
 # The state pass and the forward hold all of Dv in one program at 128 features in bf16 (features
 # computed once per row, not once per Dv tile). H200 sweep at B1 H16 N65536 D128 (Triton JIT, each
@@ -72,16 +73,23 @@ TILES = {
 # alone, benchmarks/tune_linear_attn.py --cosformer --shapes 2): the state pass 1.55 ms with the shared
 # (32, 32, 8, 1), 0.76 ms with (16, 64, 8, 1); the causal forward 30.9 ms, 6.44 ms with (16, 32, 8, 2)
 # (9.15 with one stage; every other tile 10-39 ms: the [512, BT] state and z's [512, 16] tile leave
-# little room).
+# little room). So the forward and dv walk one part at a time there (walks_by_part), in tiles of 256
+# features (below).
 # A fifth element is the state pass's feature tile (state_feature_tile; none: the whole block): the
 # sums contract over rows, so a [128, 128] tile of a wider S needs nothing from the other programs
 # and holds 64 registers of it per thread with 4 warps, where all features took [512, 64] at 8
 # warps and C 16 (thirty-eighth session, H100 JIT sweep at B4 H16 N4096 D256 Cosformer, the op's
 # causal segments / one segment): (16, 64, 8, 1) 0.767 / 0.758 ms, (32, 128, 4, 4, 128) 0.360 /
 # 0.347 ms; (64, 128, 4, 3, 128) 0.363 / 0.348, 256-feature tiles 0.47-0.81. 64 KB: it fits sm_80.
+# fp16 at 512 takes its 256 block's tile on each half of the features (its tf32 operands hold twice
+# bf16's registers; not swept).
 STATE_TILES = {**TILES, ("bf16", 128): (32, 128, 4, 3), ("bf16", 256): (32, 64, 4, 2),
-               ("bf16", 512): (32, 128, 4, 4, 128)}
-FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2), ("bf16", 512): (16, 32, 8, 2)}
+               ("bf16", 512): (32, 128, 4, 4, 128), ("fp16", 512): (*TILES["fp16", 256], 256)}
+# The forward at 512 walks one part (walks_by_part): bf16 takes Cosformer D128's tile (256 features,
+# FEAT 0), fp16 (16, 32, 8, 2), whose sm_90 cubin has 128 bytes of stack where (32, 32, 8, 2) had
+# 2400.
+FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8, 2), ("bf16", 512): (32, 32, 8, 2),
+             ("fp16", 512): (16, 32, 8, 2)}
 # The bidirectional forward (CAUSAL = 0) keeps only the fixed state's bf16 operand for its loop.
 # While that was a hi + lo pair, all of Dv in one program at 128 features held 64 KB of it in
 # registers (3.8x the memory floor at B4 H16 N4096) and Dv tiles of 64 won. With one bf16 rounding
@@ -89,10 +97,11 @@ FWD_TILES = {**TILES, ("bf16", 128): (32, 128, 8, 3), ("bf16", 256): (32, 32, 8,
 # H200 JIT sweep, B4 H16 N4096 D128 0.119 -> 0.100 ms, B1 H16 N65536 D128 0.401 -> 0.328 ms (with
 # segment_count's two programs per SM; results/linear_attn.md, tenth session). At 256 (JIT sweep, B4
 # H16 N4096 D256): 0.958 ms with (32, 32, 8, 2), 0.284 ms with (64, 64, 8, 2), no spill; sm_90 has
-# its own (ARCH_TILES). At 512 (the sweep above) (32, 32, 8, 1), 1.67 ms: (16, 64, 8, 1) took 1.99,
-# and the faster ones need sm_90's shared memory (ARCH_TILES).
+# its own (ARCH_TILES). At 512 all features in one program took 1.67 ms in (32, 32, 8, 1) (the sweep
+# above; (16, 64, 8, 1) 1.99 ms, and on sm_90 (32, 128, 8, 1), 176 KB, 0.955 ms); it walks one part
+# at a time instead (walks_by_part), in the tiles of 256 features.
 BIDIR_FWD_TILES = {**FWD_TILES, ("bf16", 128): (64, 128, 4, 3), ("bf16", 256): (64, 64, 8, 2),
-                   ("bf16", 512): (32, 32, 8, 1)}
+                   ("bf16", 512): (64, 64, 8, 2), ("fp16", 512): (32, 32, 8, 2)}
 
 
 # The causal forward walk in Gluon (fwd_wgmma.py, sm_90 only) where it is built: bf16, one feature
@@ -114,16 +123,14 @@ WGMMA_FWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2), ("bf16",
 # on an H100 (forty-second session, two rounds), B4 H16 N4096 D256: the call 0.3475 -> 0.3209 ms
 # (walk 208 -> 174 us), fwd+bwd 2.856 -> 2.737 ms. The Dv-128 tile lost (0.350 -> 0.365 ms).
 WGMMA_BIDIR_FWD_TILES = {("bf16", 256): (64, 8, 2)}
-# The backward's walks in Gluon (bwd_wgmma.py, sm_90 only): dq, dv and dk for bf16 with one feature
-# part, all features and value columns in one program (C, warps, cp.async stages), where the Triton
-# kernels at 128 tile F by 32 (dq, dk) or Dv by 64 (dv). 4 warps at 64: two programs per SM, the
-# one wave that a grid of 1024-row segments at B4 H16 N4096 asks for.
+# The backward's walks in Gluon (bwd_wgmma.py, sm_90 only): dq, and dk with dv in one walk (no dv
+# pass, as the Triton kernels' FUSED_BLOCK), for bf16 with one feature part, all features and value
+# columns in one program (C, warps, cp.async stages), where the Triton kernels at 128 tile F by 32
+# (dq, dk) or Dv by 64 (dv). 4 warps at 64: two programs per SM, the one wave that a grid of
+# 1024-row segments at B4 H16 N4096 asks for. dk with dv takes 255 registers with 16-24 bytes of
+# stack at both blocks, and at 128 writes kf over k's tile to fit 213 KB of shared memory (with a kf
+# buffer of its own it needed 229 KB).
 WGMMA_BWD_TILES = {("bf16", 64): (64, 4, 2), ("bf16", 128): (64, 8, 2)}
-# Blocks whose Gluon dk computes dv in the same walk (WITH_DV: no dv pass), as the Triton kernels'
-# FUSED_BLOCK: at 64 one warpgroup holds the extra accumulator in 255 registers with 48-64 bytes of
-# spill, and the fused kernel still wins (H200, B4 H16 N4096); at 128 (8 warps) it would need more
-# than 255.
-WGMMA_FUSED = (64,)
 WGMMA_ARCHS = (90,)
 
 
@@ -156,12 +163,28 @@ BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
 # Cosformer doubles the features (F = 2 D): at D > 128 they take a block of 512, which only the
 # kernels whose block holds all F features (BK: the Dv-tiled ones and the decode kernel) build, and
 # only for the run-time map (FEAT 0), the one Cosformer runs; dq's and dk's block holds Dv (<= 256).
-# bf16 alone: with fp16's tf32 operands the causal dv pass needs 128 KB of shared memory per block
-# at 512 features, and with fp32's tf32x3 the forward 128 KB and dv 192 KB, over the 99 KB of sm_80's
-# cubins at the smallest tiles (C 16, Dv 16, one stage). neuralops/core/triton_kernels/linear_attn.py
+# bf16 and fp16 build it: the forward and dv walk one part at a time (walks_by_part), which fits
+# sm_80's 99 KB of shared memory where all 512 features of fp16's tf32 operands did not (128 KB at
+# the smallest tiles, thirty-seventh session), and the state pass sums slices of the features
+# (STATE_TILES' fifth element). fp32 does not: built (forty-third session) its kernels lost to the
+# fallback (forty-fourth, H100, B4 H16 N4096 D256: causal forward 93.7 against 16.4 ms,
+# fwd+bwd 1013 against 153 ms, of which dq 404 and dk 370 ms), where fp16's won
+# (11.5 against 17.2 ms, 50.2 against 154.6 ms). neuralops/core/triton_kernels/linear_attn.py
 # COSFORMER_WIDE_DTYPES holds the same (a CPU test checks).
 COSFORMER_BLOCK = 512
-COSFORMER_BLOCK_DTYPES = ("bf16",)
+COSFORMER_BLOCK_DTYPES = ("bf16", "fp16")
+
+
+def walks_by_part(block: int) -> bool:
+    """Whether la_fwd_kernel and la_bwd_dv_kernel walk the block's two Cosformer parts in two
+    launches (SPLIT), part 1 adding part 0's sums: at 512 features a program that held all of them
+    ran small tiles and spilled (B4 H16 N4096 D256 on an H100, thirty-seventh session: causal
+    forward 5.95 ms in its best tile, dv 7.30 ms), where each part is the walk of Cosformer at D 128
+    (256 features, FEAT 0)."""
+    return block == COSFORMER_BLOCK
+
+
+SPLIT_KERNELS = ("la_fwd", "la_bwd_dv")
 
 
 def feature_blocks(dtype: str, feat: int) -> tuple[int, ...]:
@@ -197,7 +220,8 @@ TABLES = {"TILES": TILES, "STATE_TILES": STATE_TILES, "FWD_TILES": FWD_TILES, "B
 #   (32, 128, 8, 3) with the other bidirectional tile (128, 128, 8, 1) measured in between (0.382,
 #   0.273 ms).
 # - Cosformer's bidirectional forward at 512 features (thirty-seventh session, H100 JIT sweep at B4
-#   H16 N4096 D256) (32, 128, 8, 1), 176 KB: 1.67 -> 0.955 ms; (16, 128, 8, 1) 1.14 ms.
+#   H16 N4096 D256) (32, 128, 8, 1), 176 KB: 1.67 -> 0.955 ms; (16, 128, 8, 1) 1.14 ms. (Since
+#   replaced by the walk of one part at a time, walks_by_part.)
 # - The state pass in 128-feature tiles (STATE_TILES' fifth element; thirty-eighth session, H100 JIT
 #   sweep, B4 H16 N4096, the op's causal segments / one segment): D256 (64, 128, 4, 3, 128) 0.132 /
 #   0.131 ms against (16, 128, 8, 4)'s 0.178 / 0.154 (96 KB with 3 stages: sm_90 only). AOT A/B on
@@ -206,11 +230,11 @@ TABLES = {"TILES": TILES, "STATE_TILES": STATE_TILES, "FWD_TILES": FWD_TILES, "B
 #   0.218) its bidirectional call, two segments and a scan, went 0.263 -> 0.278 ms (state 110 -> 125
 #   us), its causal forward 0.977 -> 0.962 ms.
 ARCH_TILES = {
-    90: {"TILES": {("bf16", 256): (64, 64, 8, 2)},
+    90: {"TILES": {("bf16", 256): (64, 64, 8, 2), ("bf16", 512, 0): (64, 64, 8, 2)},
          "STATE_TILES": {("bf16", 256): (64, 128, 4, 3, 128), ("bf16", 256, 0): (16, 128, 8, 4)},
-         "FWD_TILES": {("bf16", 256, 0): (16, 128, 8, 1)},
+         "FWD_TILES": {("bf16", 256, 0): (16, 128, 8, 1), ("bf16", 512, 0): (16, 128, 8, 1)},
          "BIDIR_FWD_TILES": {("bf16", 256): (64, 256, 8, 1), ("bf16", 256, 0): (64, 128, 8, 2),
-                             ("bf16", 512): (32, 128, 8, 1)}},
+                             ("bf16", 512, 0): (64, 128, 8, 2)}},
 }
 
 
@@ -309,10 +333,10 @@ def _state_params(ptr: str) -> tuple:
 
 def _fwd_params(ptr: str) -> tuple:
     return (*_ptrs(ptr, "q", "k", "v", "o"), *_W,
-            *_ptrs(_F32, "s", "z", "sf", "zf", "den", "dl"),
+            *_ptrs(_F32, "s", "z", "sf", "zf", "den", "dl", "acc", "accd"),
             ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
             ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_s", _I),
-            ("write_final", _I), ("stats", _I), ("scale", "fp32"), ("eps", "fp32"),
+            ("write_final", _I), ("stats", _I), ("part", _I), ("scale", "fp32"), ("eps", "fp32"),
             *_strides("q", "k", "v", "o"),
             ("sw_b", "i64"), ("ss_bh", "i64"), ("ss_g", "i64"), ("sz_bh", "i64"), ("sz_g", "i64"))
 
@@ -327,9 +351,9 @@ def _dq_params(ptr: str) -> tuple:
 
 
 def _dv_params(ptr: str) -> tuple:
-    return (*_ptrs(ptr, "q", "k", "do", "dv"), *_W, *_ptrs(_F32, "r", "den"),
+    return (*_ptrs(ptr, "q", "k", "do", "dv"), *_W, *_ptrs(_F32, "r", "den", "acc"),
             ("H", _I), ("HKV", _I), ("N", _I), *_DIMS, ("G", _I), ("L", _I),
-            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_r", _I),
+            ("phi_kind", _I), ("normalize", _I), ("n_parts", _I), ("has_r", _I), ("part", _I),
             ("scale", "fp32"),
             *_strides("q", "k", "do", "dv"),
             ("sw_b", "i64"), ("sr_bh", "i64"), ("sr_g", "i64"))
@@ -421,8 +445,9 @@ def _spec(name: str) -> KernelSpec:
     def constexprs(key: dict) -> dict:
         c, t = tile(key)[:2]
         feature_tile = {"BF": state_feature_tile(tile(key), key[block])} if name == "la_state" else {}
+        split = {"SPLIT": int(walks_by_part(key[block]))} if name in SPLIT_KERNELS else {}
         return {"C": c, block: key[block], **feature_tile, other: t, "PREC": PRECISION[key["dtype"]],
-                mode: key[mode], "FEAT": key["FEAT"], **{k: key[k] for k in extra}}
+                mode: key[mode], "FEAT": key["FEAT"], **split, **{k: key[k] for k in extra}}
 
     def built(key: dict) -> bool:
         blocks = feature_blocks(key["dtype"], key["FEAT"]) if block == "BK" else BLOCKS[key["dtype"]]
@@ -482,11 +507,8 @@ WGMMA_KERNELS = [
     _wgmma_spec("la_bwd_dq_wgmma", "bwd_wgmma.py", _dq_params, WGMMA_BWD_TILES, "BKV", {"STATS": (0, 1)},
                 lambda key: {"BF": key["BKV"], "STATS": key["STATS"]},
                 _wgmma_dq_built),
-    _wgmma_spec("la_bwd_dv_wgmma", "bwd_wgmma.py", _dv_params, WGMMA_BWD_TILES, "BK", {},
-                lambda key: {"BT": key["BK"]}, lambda key: key["BK"] not in WGMMA_FUSED),
-    _wgmma_spec("la_bwd_dk_wgmma", "bwd_wgmma.py", _dk_params, WGMMA_BWD_TILES, "BKV", {"WITH_DV": (0, 1)},
-                lambda key: {"BF": key["BKV"], "WITH_DV": key["WITH_DV"]},
-                lambda key: key["WITH_DV"] == (key["BKV"] in WGMMA_FUSED)),
+    _wgmma_spec("la_bwd_dk_wgmma", "bwd_wgmma.py", _dk_params, WGMMA_BWD_TILES, "BKV", {},
+                lambda key: {"BF": key["BKV"]}),
 ]
 
 

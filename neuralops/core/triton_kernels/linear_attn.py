@@ -27,9 +27,11 @@ Gradients flow to ``initial_state`` and from the returned state.
 
 Dtypes fp16, bf16, fp32 on CUDA (fp32 accumulation; dot operands in bf16 for bf16 tensors, tf32
 for fp16, tf32x3 for fp32), any floating dtype on the fallback; D and Dv up to 256 on the kernels
-(under Cosformer D above 128 in bf16 alone), any N >= 1, any strides with a unit last stride (a
-transposed ``[B, N, H, D]`` view is read in place).
-Causal mode is chunked: O(N) memory, never an N x N matrix. For the backward, autograd saves the
+(under Cosformer D above 128 in bf16 and fp16), any N >= 1, any strides with a unit last stride (a transposed
+``[B, N, H, D]`` view is read in place).
+Causal mode is chunked: O(N) memory, never an N x N matrix. Under Cosformer above D 128 the kernels
+walk the two feature parts of the forward one after the other, through an fp32 buffer of the first
+part's sums (``[B, H, N, Dv]``, held during the call). For the backward, autograd saves the
 inputs and the forward's per-segment states (fp32 ``[B, Hkv, G, D*Dv + D]``, padded to 16, with G a
 few segments per multiprocessor-wave: 4 MB at B4 H16 N4096 D64), which the backward would otherwise
 recompute with a pass over k and v; the seed's ``bwd`` recomputes them.
@@ -54,9 +56,9 @@ from neuralops.core.suitability import kernels_ready, register_op_limits
 
 PHIS = ("elu+1", "relu", "identity", "softmax_free")
 MAX_HEAD_DIM = 256
-# Cosformer doubles the features: above D = 128 it needs the 512-feature kernels, built for bf16
-# alone (triton_src/linear_attn/spec.py COSFORMER_BLOCK_DTYPES says why; a CPU test keeps the two equal).
-COSFORMER_WIDE_DTYPES = (torch.bfloat16,)
+# Cosformer doubles the features: above D = 128 it needs the 512-feature kernels, built for bf16 and
+# fp16 (triton_src/linear_attn/spec.py COSFORMER_BLOCK_DTYPES says why; a CPU test keeps the two equal).
+COSFORMER_WIDE_DTYPES = (torch.bfloat16, torch.float16)
 MAX_NARROW_COSFORMER_HEAD_DIM = 128
 _CHUNK = 64  # rows per step of the fallback's causal scan
 
@@ -67,7 +69,7 @@ def _limits(head_dim: int = 0, seq_len: int = 0, value_dim: int = 0, cosformer: 
         return f"the kernels take head_dim up to {MAX_HEAD_DIM}, got {head_dim}"
     if cosformer and head_dim > MAX_NARROW_COSFORMER_HEAD_DIM and dtype not in COSFORMER_WIDE_DTYPES:
         return (f"under Cosformer the kernels take head_dim up to {MAX_NARROW_COSFORMER_HEAD_DIM} for {dtype} "
-                f"({MAX_HEAD_DIM} for bfloat16), got {head_dim}")
+                f"({MAX_HEAD_DIM} for bfloat16 and float16), got {head_dim}")
     if value_dim > MAX_HEAD_DIM:
         return f"the kernels take a value head dim up to {MAX_HEAD_DIM}, got {value_dim}"
     if seq_len >= 2**31:
