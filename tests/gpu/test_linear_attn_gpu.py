@@ -161,13 +161,13 @@ def test_bidirectional_segments_at_256_features(b, h, hkv, n, phi):
     assert_close("out", out, ref, torch.bfloat16)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", la.COSFORMER_WIDE_DTYPES)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("gqa", [False, True])
 @pytest.mark.parametrize("phi", PHIS)
 def test_cosformer_above_128_features(phi, gqa, causal, dtype):
     """Cosformer at D 200: 400 features, the 512 block that only the run-time map builds
-    (spec.COSFORMER_BLOCK), forward and backward in every mode and dtype."""
+    (spec.COSFORMER_BLOCK), forward and backward in every mode and each dtype that builds it."""
     check_mode(phi, causal, True, dtype, 4, 2 if gqa else 4, 200, 72)
 
 
