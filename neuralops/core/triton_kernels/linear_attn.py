@@ -27,8 +27,8 @@ Gradients flow to ``initial_state`` and from the returned state.
 
 Dtypes fp16, bf16, fp32 on CUDA (fp32 accumulation; dot operands in bf16 for bf16 tensors, tf32
 for fp16, tf32x3 for fp32), any floating dtype on the fallback; D and Dv up to 256 on the kernels
-(under Cosformer D above 128 in bf16 and fp16), any N >= 1, any strides with a unit last stride (a transposed
-``[B, N, H, D]`` view is read in place).
+(under Cosformer D above 128 in bf16 and fp16), any N >= 1, any strides with a unit last stride
+(a transposed ``[B, N, H, D]`` view is read in place).
 Causal mode is chunked: O(N) memory, never an N x N matrix. Under Cosformer above D 128 the kernels
 walk the two feature parts of the forward one after the other, through an fp32 buffer of the first
 part's sums (``[B, H, N, Dv]``, held during the call). For the backward, autograd saves the
