@@ -12,11 +12,10 @@
 #     bash benchmarks/linear_attn_ab.sh
 # (CALL_CASES: linear_attn_calls.py's name filters, all cases without it; TESTS: a pytest -k
 # expression for the GPU tests, "none" to skip them, all without it (TESTS_TIMEOUT seconds, 300
-# by default); TIMELINE=none skips the
-# causal timelines; KERNEL_CASES=none and ROUNDS=none skip the per-kernel times and the calls;
-# BUILD=none reuses the builds of an earlier call on the same warm machine, so one A/B can be split
-# over two calls that each fit the per-call limit. A lease's start-up takes about 100 s of device
-# time, so the filters fit an A/B into what a session has left.)
+# by default); TIMELINE=none skips the causal timelines; KERNEL_CASES=none and ROUNDS=none skip the
+# per-kernel times and the calls; BUILD=none reuses the builds of an earlier call on the same warm
+# machine, so one A/B can be split over two calls that each fit the per-call limit. A lease's
+# start-up takes about 100 s of device time, so the filters fit an A/B into what a session has left.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-/tmp/neuralops-ab}"

@@ -58,9 +58,9 @@ def test_the_sm90_tiles_measured_on_hoppers():
 
 
 def test_the_512_block_walks_by_part():
-    """At Cosformer's 512 block the forward and dv walk one part per launch (SPLIT) in each dtype that
-    builds it and on every architecture, in tiles of at most 128 value columns (a [256, BT] fp32 state per
-    program); every other block walks all of its features in one launch."""
+    """At Cosformer's 512 block the forward and dv walk one part per launch (SPLIT) in each dtype
+    that builds it and on every architecture, in tiles of at most 128 value columns (a [256, BT]
+    fp32 state per program); every other block walks all of its features in one launch."""
     checked = 0
     for name in spec.SPLIT_KERNELS:
         for v in KERNELS[name].variants():
