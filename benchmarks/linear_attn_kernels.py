@@ -16,7 +16,7 @@ from torch.profiler import ProfilerActivity, profile
 from linear_attn_calls import fwd_bwd_case, fwd_case  # this script's directory: sys.path[0]
 from neuralops.bench.timing import Timer
 
-# name -> the call, as benchmarks/linear_attn_calls.py builds it (bf16 unless marked: h, fp16).
+# name -> the call, as benchmarks/linear_attn_calls.py builds it (bf16 unless marked: h, fp16; f, fp32).
 CASES = {
     "f64": lambda: fwd_case(4, 16, 4096, 64, True), "f128": lambda: fwd_case(4, 16, 4096, 128, True),
     "f128L": lambda: fwd_case(1, 16, 65536, 128, True), "fb64": lambda: fwd_bwd_case(4, 16, 4096, 64),
@@ -38,6 +38,8 @@ CASES = {
     "bc256": lambda: fwd_case(4, 16, 4096, 256, False, cosformer=True),
     "fc256": lambda: fwd_case(4, 16, 4096, 256, True, cosformer=True),
     "fbc256h": lambda: fwd_bwd_case(4, 16, 4096, 256, torch.float16, cosformer=True),
+    "fb64f": lambda: fwd_bwd_case(4, 16, 4096, 64, torch.float32),
+    "fb128f": lambda: fwd_bwd_case(4, 16, 2048, 128, torch.float32),
 }
 
 

@@ -51,6 +51,8 @@ CASES = [
     # Dv over three of the fp32 forward's 16-column tiles: the stats pass's shares of dout . out summed
     (1, 2, 1, 45, 16, 40, torch.float32, "elu+1", True, False, False, 16, False),
     (2, 2, 2, 1, 16, 16, torch.float16, "elu+1", True, False, True, None, False),     # decode step
+    # fp32's 128 block: 80 padded features, dq and dk over 128 padded value columns, a state
+    (1, 2, 1, 40, 72, 100, torch.float32, "relu", True, False, True, 16, False),
     # the 128 blocks: dq and dk in 32-feature tiles over 80 padded features, a state
     (1, 2, 1, 150, 72, 100, torch.bfloat16, "relu", True, False, True, None, False),
     # three decode rows at the 256 block (Cosformer's 2 x 120 features), GQA, with a state
@@ -275,7 +277,8 @@ def test_fused_backward_rule(d, dv, dtype, cos, stats, with_dv):
     (64, 64, torch.bfloat16, True, True),
     (64, 128, torch.bfloat16, True, False),  # dq holds all 128 value columns
     (128, 128, torch.bfloat16, False, False),  # built without: it cost the 128-feature kernels 3-5%
-    (64, 64, torch.float32, False, False),
+    (64, 64, torch.float32, True, True),  # fp32's own 64 block (16-row chunks, 64-column tiles)
+    (128, 128, torch.float32, False, False),
 ])
 def test_fold_rule(d, dv, dtype, fwd, bwd):
     """Which variants fold the scan into their walks (kernels.FOLD_MAX_BLOCK), and that they do so

@@ -3,12 +3,13 @@
 Each kernel is keyed by dtype (bf16, fp16, fp32: the pointer types and the dot precision, see
 PRECISION) and one block size: the padded contraction dimension that a program holds in full (all F
 = parts * D features for the Dv-tiled kernels but the state pass, whose tile may take a part of
-them, all of Dv for the dq/dk kernels): 64, 128 and 256 for
-16-bit tensors, 256 only for fp32 (tf32x3 dots, correctness rather than speed). The four kernels
+them, all of Dv for the dq/dk kernels): 64, 128 and 256 for every dtype (fp32's tf32x3 dots are
+there for accuracy; its own blocks 64 and 128 keep its causal dq and dk off the 256 block, where
+ptxas gives them 32 registers and kilobytes of stack, see TILES). The four kernels
 with a causal and a bidirectional mode also take it as a key, the state pass its forward or backward
 mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything else (normalization,
 GQA, states, stats, and phi under Cosformer) is a run-time argument: 5 kernels * 2 modes * 4 feature
-maps * 7 (dtype, block) pairs + the decode kernel's 7 + the scan + the 16 of dq with the stats
+maps * 9 (dtype, block) pairs + the decode kernel's 9 + the scan + the 16 of dq with the stats
 (STATS: bf16 and fp16, see FUSED_BLOCK) and the 8 of dk with dv (WITH_DV: bf16) + the 21 of the
 Gluon forward (la_fwd_wgmma: bf16, three maps; causal at blocks 64, 128 and 256, the plain forward
 and the stats pass; bidirectional at 256, the plain forward) and the 14 of the Gluon backward
@@ -16,7 +17,7 @@ and the stats pass; bidirectional at 256, the plain forward) and the 14 of the G
 them for softmax_free; dk with dv for three maps), sm_90 only (WGMMA_FWD_TILES,
 WGMMA_BIDIR_FWD_TILES, WGMMA_BWD_TILES) + the 14 of Cosformer's 512 block (COSFORMER_BLOCK, bf16
 and fp16: the state pass, the forward and dv in two modes, which walk one part per launch
-(walks_by_part), and the decode kernel) = 361 variants. The bf16 tiles of blocks 64 and
+(walks_by_part), and the decode kernel) = 443 variants. The bf16 tiles of blocks 64 and
 128 come from the H200 sweeps (benchmarks/tune_linear_attn.py: C 64, T 64; at 128 features the state
 pass and the forward have their own, STATE_TILES and FWD_TILES, and the bidirectional forward
 BIDIR_FWD_TILES) and the spill counts of the 3.8 cubins (benchmarks/cubin_stats.py: 8 warps at 128
@@ -54,6 +55,11 @@ TILES = {
     ("fp16", 64): (64, 64, 4, 2),
     ("fp16", 128): (32, 64, 8, 2),
     ("fp16", 256): (32, 32, 8, 2),
+    # fp32 builds its own 64 and 128 blocks: on the 256 block ptxas (-O3) gives the causal dq and dk
+    # 32 registers and 4-7 KB of stack whatever the tile (its allocator's fallback; -O1 gives 255
+    # registers). In these tiles every fp32 variant keeps at most 264 bytes of stack (sm_90).
+    ("fp32", 64): (16, 64, 4, 1),
+    ("fp32", 128): (16, 32, 8, 1),
     ("fp32", 256): (16, 16, 4, 1),
     # Cosformer above 128 features (COSFORMER_BLOCK), the dv pass's: its walk holds one part's 256
     # features (walks_by_part), so the 256 block's tiles.
@@ -159,7 +165,7 @@ def fwd_table(causal: int) -> str:
 # (16, 32, 4, 1); (16, 128, 8, 1) spilled 0.7-1 KB and took dq 3629 us.
 VALUE_TILES = {**TILES, ("bf16", 64): (64, 64, 4, 2), ("bf16", 128): (64, 32, 4, 2), ("bf16", 256): (16, 64, 8, 1),
                ("fp16", 256): (16, 32, 8, 1)}
-BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (256,)}
+BLOCKS = {"bf16": (64, 128, 256), "fp16": (64, 128, 256), "fp32": (64, 128, 256)}
 # Cosformer doubles the features (F = 2 D): at D > 128 they take a block of 512, which only the
 # kernels whose block holds all F features (BK: the Dv-tiled ones and the decode kernel) build, and
 # only for the run-time map (FEAT 0), the one Cosformer runs; dq's and dk's block holds Dv (<= 256).
