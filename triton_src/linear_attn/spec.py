@@ -57,7 +57,8 @@ TILES = {
     ("fp16", 256): (32, 32, 8, 2),
     # fp32 builds its own 64 and 128 blocks: on the 256 block ptxas (-O3) gives the causal dq and dk
     # 32 registers and 4-7 KB of stack whatever the tile (its allocator's fallback; -O1 gives 255
-    # registers). In these tiles every fp32 variant keeps at most 264 bytes of stack (sm_90).
+    # registers). In these tiles every fp32 variant keeps at most 264 bytes of stack (sm_90); H100,
+    # causal fwd+bwd B4 H16 N4096 D64 120.4 -> 2.09 ms, N2048 D128 115.5 -> 7.53 ms (forty-fifth).
     ("fp32", 64): (16, 64, 4, 1),
     ("fp32", 128): (16, 32, 8, 1),
     ("fp32", 256): (16, 16, 4, 1),
