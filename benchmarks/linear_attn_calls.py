@@ -7,7 +7,7 @@ Cosformer rows at 128 features (which run the 256-feature Triton kernels) in the
 causal forward in the twenty-ninth, Cosformer at 256 features (the 512-feature kernels) in the
 thirty-seventh, fp16's and fp32's there in the forty-third (fp16's run its 512 block; fp32's the
 fallback, which its built 512 block lost to in the forty-fourth), and fp32 at 64 and 128 features, which
-got blocks of their own, in the forty-fifth.
+got blocks of their own, and fp32 at 256 (its dq and dk built at ptxas -O1), in the forty-fifth.
 
     python benchmarks/linear_attn_calls.py [--fallback] [text ...]  # with neuralops installed, on a GPU
 
@@ -90,7 +90,8 @@ def main() -> None:
              fwd_bwd_case(4, 16, 4096, 256, torch.float32, cosformer=True),
              fwd_case(4, 16, 4096, 64, True, torch.float32), fwd_case(4, 16, 4096, 64, False, torch.float32),
              fwd_bwd_case(4, 16, 4096, 64, torch.float32), fwd_case(4, 16, 4096, 128, True, torch.float32),
-             fwd_bwd_case(4, 16, 2048, 128, torch.float32)]
+             fwd_bwd_case(4, 16, 2048, 128, torch.float32), fwd_bwd_case(4, 16, 2048, 256, torch.float32),
+             fwd_bwd_case(4, 16, 2048, 128, torch.float32, cosformer=True)]
     filters = [a for a in sys.argv[1:] if a != "--fallback"]
     for name, run in cases:
         if filters and not any(text in name for text in filters):

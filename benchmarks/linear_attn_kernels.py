@@ -40,6 +40,8 @@ CASES = {
     "fbc256h": lambda: fwd_bwd_case(4, 16, 4096, 256, torch.float16, cosformer=True),
     "fb64f": lambda: fwd_bwd_case(4, 16, 4096, 64, torch.float32),
     "fb128f": lambda: fwd_bwd_case(4, 16, 2048, 128, torch.float32),
+    "fb256f": lambda: fwd_bwd_case(4, 16, 2048, 256, torch.float32),
+    "fbc128f": lambda: fwd_bwd_case(4, 16, 2048, 128, torch.float32, cosformer=True),
 }
 
 

@@ -158,6 +158,23 @@ def test_failing_kernel_fails_naming_it(tmp_path):
         compiler.compile_tasks([task], {"bad": "x"}, tmp_path, 1, ROOT, quiet=True)
 
 
+def test_ptxas_options_reach_ptxas_and_the_cache_key(tmp_path):
+    """KernelSpec.ptxas_options: keyed in the cache, and passed to ptxas (a flag it does not know
+    fails the build; one it knows builds)."""
+    pytest.importorskip("triton")
+    from triton_src.aot import probe
+
+    variant = toy_spec(ptxas_options=lambda key: "-O1" if key["arch"] == 90 else "").variants()[0]
+    assert (variant.ptxas_options(90), variant.ptxas_options(80)) == ("-O1", "")
+    task = probe._task(90)
+    assert task.ptxas_options == ""
+    unknown, o1 = (dataclasses.replace(task, ptxas_options=flag) for flag in ("--no-such-ptxas-flag", "-O1"))
+    assert len({compiler.cache_key(t, "x", "3.8.0") for t in (task, unknown, o1)}) == 3
+    with pytest.raises(RuntimeError, match=r"(?s)failed to compile probe for sm_90.*Unknown option .-no-such-ptxas"):
+        compiler.compile_tasks([unknown], {"probe": "x"}, tmp_path, 1, ROOT, quiet=True)
+    assert compiler.compile_tasks([o1], {"probe": "x"}, tmp_path, 1, ROOT, quiet=True)[0].cubin.stat().st_size > 0
+
+
 def _cached(tmp_path, task, shared):
     """A cache entry for `task` whose block takes `shared` bytes (compile_tasks then compiles nothing)."""
     key = compiler.cache_key(task, "src", compiler.triton_version())

@@ -114,3 +114,16 @@ def test_cosformer_wide_dtypes_are_the_builds():
              for v in k.variants() if v.key_dict.get("BK") == spec.COSFORMER_BLOCK}  # la_decode: no FEAT
     assert built == {(name, dtype, 0) for name in ("la_state", "la_fwd", "la_bwd_dv", "la_decode")
                      for dtype in spec.COSFORMER_BLOCK_DTYPES}
+
+
+def test_ptxas_options_only_where_the_allocator_gives_up():
+    """-O1 (spec.ptxas_options) for fp32's causal dq and dk at the 256 block alone, on every
+    architecture: at -O3 ptxas gives them 32 registers and kilobytes of stack."""
+    flagged = {(v.name, arch) for k in spec.KERNELS for v in k.variants() for arch in (80, 90, 100, 120)
+               if v.ptxas_options(arch)}
+    want = {(f"{name}_fp32_BKV256_CAUSAL1_FEAT{feat}_{extra}0", arch)
+            for name, extra in (("la_bwd_dq", "STATS"), ("la_bwd_dk", "WITH_DV")) for feat in spec.FEATURES
+            for arch in (80, 90, 100, 120)}
+    assert flagged == want
+    assert {v.ptxas_options(90) for k in spec.KERNELS for v in k.variants()} == {"", "-O1"}
+

@@ -40,6 +40,7 @@ class Task:
     num_stages: int
     arch: int
     stages_constexpr: str = ""  # KernelSpec.stages_constexpr
+    ptxas_options: str = ""  # KernelSpec.ptxas_options
 
     def describe(self) -> str:
         return f"{self.variant_name} for sm_{self.arch}"
@@ -94,6 +95,7 @@ def make_task(op: str, op_dir: Path, variant: Variant, arch: int) -> Task:
         num_stages=variant.num_stages(arch),
         arch=arch,
         stages_constexpr=variant.spec.stages_constexpr,
+        ptxas_options=variant.ptxas_options(arch),
     )
 
 
@@ -111,6 +113,8 @@ def cache_key(task: Task, sources: str, triton: str) -> str:
     }
     if task.stages_constexpr:  # absent otherwise, so that the other kernels' cached cubins stay valid
         record["stages_constexpr"] = task.stages_constexpr
+    if task.ptxas_options:  # likewise
+        record["ptxas_options"] = task.ptxas_options
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -150,6 +154,9 @@ def compile_task(task: Task):
     real_compile = triton.compile
 
     def capture(*args, **kwargs):
+        # triton.tools.compile takes no ptxas flags; its options dict reaches the backend here.
+        if task.ptxas_options:
+            kwargs["options"] = {**kwargs["options"], "ptx_options": task.ptxas_options}
         compiled = real_compile(*args, **kwargs)
         captured.append(compiled)
         return compiled

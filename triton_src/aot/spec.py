@@ -76,6 +76,9 @@ class Variant:
         stages = _resolve(self.spec.num_stages, self._arch_key(arch))
         return min(stages, self.spec.max_stages.get(arch, stages))
 
+    def ptxas_options(self, arch: int) -> str:
+        return self.spec.ptxas_options(self._arch_key(arch))
+
 
 def _resolve(value: int | Callable[[dict], int], key: dict) -> int:
     return int(value(key)) if callable(value) else int(value)
@@ -101,6 +104,8 @@ class KernelSpec:
     stages_constexpr: the constexpr that takes num_stages, for a kernel that pipelines its own
         copies (Gluon); Triton's pipeliner then gets one stage. Either way the build lowers the
         stages where a block needs more shared memory than its architecture allows.
+    ptxas_options: extra ptxas flags for one key (with ``arch``), after Triton's own; empty for
+        most. For variants where ptxas -O3 gives up on register allocation (see the op's spec).
     """
 
     name: str
@@ -116,6 +121,7 @@ class KernelSpec:
     source: str = "kernels.py"
     archs: tuple[int, ...] = ()
     stages_constexpr: str = ""
+    ptxas_options: Callable[[dict], str] = field(default=lambda key: "")
 
     def builds_for(self, arch: int) -> bool:
         return not self.archs or arch in self.archs

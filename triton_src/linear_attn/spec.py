@@ -437,6 +437,17 @@ def dq_stats_built(key: dict) -> bool:
     return key["dtype"] in STATS_DTYPES and _holds_all_features(key)
 
 
+# ptxas -O3 (and -O2) gives fp32's causal dq and dk at the 256 block 32 registers and 4-7 KB of
+# stack on every architecture and in every tile tried (C 16-32, BF 16-32, 2-8 warps): its register
+# allocator's fallback, not a tile that needs few registers. -O1 allocates 255 registers with 1.7 KB
+# of stack (sm_90 dq). Only these variants take it; others compile at -O3.
+def ptxas_options(name: str, key: dict) -> str:
+    """Extra ptxas flags for one variant (KernelSpec.ptxas_options)."""
+    fallback = (name in ("la_bwd_dq", "la_bwd_dk") and key["dtype"] == "fp32" and key["BKV"] == 256
+                and key["CAUSAL"] == 1)
+    return "-O1" if fallback else ""
+
+
 # Keys beyond (dtype, block, mode, FEAT), with the rule for which of their variants are built.
 _EXTRA_KEYS = {"la_bwd_dq": ({"STATS": (0, 1)}, lambda key: key["STATS"] == 0 or dq_stats_built(key)),
                "la_bwd_dk": ({"WITH_DV": (0, 1)}, lambda key: key["WITH_DV"] == 0 or dk_dv_built(key))}
@@ -466,7 +477,7 @@ def _spec(name: str) -> KernelSpec:
                       constexprs=constexprs,
                       num_warps=lambda key: tile(key)[2], num_stages=lambda key: tile(key)[3],
                       max_stages=MAX_STAGES.get(name, {}),
-                      include=built)
+                      include=built, ptxas_options=lambda key: ptxas_options(name, key))
 
 
 def _wgmma_spec(name: str, source: str, params, tiles: dict, block: str, extra_keys: dict, constexprs,
