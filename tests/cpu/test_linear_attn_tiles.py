@@ -4,6 +4,7 @@ arch compiles, and that an override changes tiles only, never which variants are
 import torch
 
 from neuralops.core.triton_kernels import linear_attn as la
+from triton_src.aot.__main__ import OPTIONAL_ARCHS, REQUIRED_ARCHS
 from triton_src.linear_attn import spec
 
 KERNELS = {s.name: s for s in spec.KERNELS}
@@ -118,12 +119,11 @@ def test_cosformer_wide_dtypes_are_the_builds():
 
 def test_ptxas_options_only_where_the_allocator_gives_up():
     """-O1 (spec.ptxas_options) for fp32's causal dq and dk at the 256 block alone, on every
-    architecture: at -O3 ptxas gives them 32 registers and kilobytes of stack."""
-    flagged = {(v.name, arch) for k in spec.KERNELS for v in k.variants() for arch in (80, 90, 100, 120)
+    architecture the build knows: at -O3 ptxas gives them 32 registers and kilobytes of stack."""
+    archs = REQUIRED_ARCHS + OPTIONAL_ARCHS
+    flagged = {(v.name, arch, v.ptxas_options(arch)) for k in spec.KERNELS for v in k.variants() for arch in archs
                if v.ptxas_options(arch)}
-    want = {(f"{name}_fp32_BKV256_CAUSAL1_FEAT{feat}_{extra}0", arch)
+    want = {(f"{name}_fp32_BKV256_CAUSAL1_FEAT{feat}_{extra}0", arch, "-O1")
             for name, extra in (("la_bwd_dq", "STATS"), ("la_bwd_dk", "WITH_DV")) for feat in spec.FEATURES
-            for arch in (80, 90, 100, 120)}
+            for arch in archs}
     assert flagged == want
-    assert {v.ptxas_options(90) for k in spec.KERNELS for v in k.variants()} == {"", "-O1"}
-

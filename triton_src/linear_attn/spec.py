@@ -4,8 +4,7 @@ Each kernel is keyed by dtype (bf16, fp16, fp32: the pointer types and the dot p
 PRECISION) and one block size: the padded contraction dimension that a program holds in full (all F
 = parts * D features for the Dv-tiled kernels but the state pass, whose tile may take a part of
 them, all of Dv for the dq/dk kernels): 64, 128 and 256 for every dtype (fp32's tf32x3 dots are
-there for accuracy; its own blocks 64 and 128 keep its causal dq and dk off the 256 block, where
-ptxas gives them 32 registers and kilobytes of stack, see TILES). The four kernels
+there for accuracy; see TILES and ptxas_options for its blocks). The four kernels
 with a causal and a bidirectional mode also take it as a key, the state pass its forward or backward
 mode (GRADS), and all five the feature map (FEAT, see FEATURES). Everything else (normalization,
 GQA, states, stats, and phi under Cosformer) is a run-time argument: 5 kernels * 2 modes * 4 feature
@@ -55,10 +54,10 @@ TILES = {
     ("fp16", 64): (64, 64, 4, 2),
     ("fp16", 128): (32, 64, 8, 2),
     ("fp16", 256): (32, 32, 8, 2),
-    # fp32 builds its own 64 and 128 blocks: on the 256 block ptxas (-O3) gives the causal dq and dk
-    # 32 registers and 4-7 KB of stack whatever the tile (its allocator's fallback; -O1 gives 255
-    # registers). In these tiles every fp32 variant keeps at most 264 bytes of stack (sm_90); H100,
-    # causal fwd+bwd B4 H16 N4096 D64 120.4 -> 2.09 ms, N2048 D128 115.5 -> 7.53 ms (forty-fifth).
+    # fp32 builds its own 64 and 128 blocks, so that calls of up to 128 features and value columns
+    # stay off the 256 block's causal dq and dk (see ptxas_options). In these tiles every fp32
+    # variant keeps at most 264 bytes of stack (sm_90); H100, causal fwd+bwd B4 H16 N4096 D64
+    # 120.4 -> 2.09 ms, N2048 D128 115.5 -> 7.53 ms against the 256 block (forty-fifth session).
     ("fp32", 64): (16, 64, 4, 1),
     ("fp32", 128): (16, 32, 8, 1),
     ("fp32", 256): (16, 16, 4, 1),
